@@ -1,0 +1,46 @@
+//! The `barracuda` command: reference benchmarks and admin commands.
+
+mod bench;
+
+use clap::{Parser, Subcommand};
+
+/// Barracuda: an embeddable key-value store over compressed pages.
+#[derive(Parser, Debug)]
+#[command(name = "barracuda", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a benchmark workload and print a table (and JSON with --json).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Compress and decompress pages with every codec (issue 2).
+    Codec(bench::codec::Args),
+    /// Random O_DIRECT reads and writes through the file layer (issue 3).
+    Io(bench::io::Args),
+    /// Leaf fill factor of each split policy under an insert pattern (issue 4).
+    Fill(bench::fill::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Bench(BenchCommand::Codec(args)) => bench::codec::run(&args),
+        Command::Bench(BenchCommand::Io(args)) => bench::io::run(&args),
+        Command::Bench(BenchCommand::Fill(args)) => bench::fill::run(&args),
+    }
+}
