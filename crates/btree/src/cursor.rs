@@ -1,0 +1,201 @@
+//! Cursors: seek, first, last, next, prev.
+//!
+//! A cursor holds no latch between calls (so the thread that owns it may
+//! write to the tree meanwhile). It copies one leaf's worth of entries at a
+//! time under that leaf's shared latch. Moving forward past a leaf follows
+//! the right sibling link with latch coupling (left to right, the same order
+//! writers use). Moving backward never latches right to left while holding a
+//! latch: it releases the leaf, latches the left sibling, and checks that the
+//! sibling still links back to where it came from; if not (a merge or split
+//! happened in between), it descends again from the root.
+//!
+//! Entries are not a snapshot: a cursor sees every key that was present for
+//! the whole scan, and may or may not see keys inserted or deleted during it.
+
+use crate::error::Result;
+use crate::page;
+use crate::store::PageStore;
+use crate::tree::{Tree, check_key, expect_node};
+use std::ops::Bound;
+
+/// A key and its value.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// A position in a tree; see the module docs.
+pub struct Cursor<'t, S: PageStore> {
+    tree: &'t Tree<S>,
+    batch: Vec<Entry>,
+    index: usize,
+}
+
+impl<'t, S: PageStore> Cursor<'t, S> {
+    pub(crate) fn new(tree: &'t Tree<S>) -> Self {
+        Self {
+            tree,
+            batch: Vec::new(),
+            index: 0,
+        }
+    }
+
+    /// The current entry, if the cursor is on one.
+    pub fn entry(&self) -> Option<&Entry> {
+        self.batch.get(self.index)
+    }
+
+    /// The current key.
+    pub fn key(&self) -> Option<&[u8]> {
+        self.entry().map(|e| e.0.as_slice())
+    }
+
+    /// The current value.
+    pub fn value(&self) -> Option<&[u8]> {
+        self.entry().map(|e| e.1.as_slice())
+    }
+
+    fn set_forward(&mut self, batch: Vec<Entry>) -> bool {
+        self.batch = batch;
+        self.index = 0;
+        !self.batch.is_empty()
+    }
+
+    fn set_backward(&mut self, batch: Vec<Entry>) -> bool {
+        self.index = batch.len().saturating_sub(1);
+        self.batch = batch;
+        !self.batch.is_empty()
+    }
+
+    /// Moves to the first key >= `key`; false if there is none.
+    pub fn seek(&mut self, key: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        let batch = self.tree.collect_forward(Bound::Included(key))?;
+        Ok(self.set_forward(batch))
+    }
+
+    /// Moves to the last key <= `key`; false if there is none.
+    pub fn seek_for_prev(&mut self, key: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        let batch = self.tree.collect_backward(Bound::Included(key))?;
+        Ok(self.set_backward(batch))
+    }
+
+    /// Moves to the smallest key; false if the tree is empty.
+    pub fn first(&mut self) -> Result<bool> {
+        let batch = self.tree.collect_forward(Bound::Unbounded)?;
+        Ok(self.set_forward(batch))
+    }
+
+    /// Moves to the largest key; false if the tree is empty.
+    pub fn last(&mut self) -> Result<bool> {
+        let batch = self.tree.collect_backward(Bound::Unbounded)?;
+        Ok(self.set_backward(batch))
+    }
+
+    /// Moves to the next key; false (and off the tree) at the end.
+    #[allow(clippy::should_implement_trait, reason = "fallible, returns Result<bool>")]
+    pub fn next(&mut self) -> Result<bool> {
+        if self.index + 1 < self.batch.len() {
+            self.index += 1;
+            return Ok(true);
+        }
+        let Some((key, _)) = self.entry() else {
+            return Ok(false);
+        };
+        let key = key.clone();
+        let batch = self.tree.collect_forward(Bound::Excluded(&key))?;
+        Ok(self.set_forward(batch))
+    }
+
+    /// Moves to the previous key; false (and off the tree) at the start.
+    pub fn prev(&mut self) -> Result<bool> {
+        if self.index > 0 && self.index < self.batch.len() {
+            self.index -= 1;
+            return Ok(true);
+        }
+        let Some((key, _)) = self.entry() else {
+            return Ok(false);
+        };
+        let key = key.clone();
+        let batch = self.tree.collect_backward(Bound::Excluded(&key))?;
+        Ok(self.set_backward(batch))
+    }
+}
+
+fn above(key: &[u8], bound: Bound<&[u8]>) -> bool {
+    match bound {
+        Bound::Included(b) => key >= b,
+        Bound::Excluded(b) => key > b,
+        Bound::Unbounded => true,
+    }
+}
+
+fn below(key: &[u8], bound: Bound<&[u8]>) -> bool {
+    match bound {
+        Bound::Included(b) => key <= b,
+        Bound::Excluded(b) => key < b,
+        Bound::Unbounded => true,
+    }
+}
+
+impl<S: PageStore> Tree<S> {
+    /// A cursor on this tree (positioned nowhere until a seek).
+    pub fn cursor(&self) -> Cursor<'_, S> {
+        Cursor::new(self)
+    }
+
+    fn leaf_entries(&self, p: &[u8], keep: impl Fn(&[u8]) -> bool) -> Result<Vec<Entry>> {
+        page::records(p)
+            .filter(|&off| keep(page::rec_key(p, off)))
+            .map(|off| Ok((page::rec_key(p, off).to_vec(), self.load_value(p, off)?)))
+            .collect()
+    }
+
+    /// The entries past `bound` in the first leaf that has any.
+    fn collect_forward(&self, bound: Bound<&[u8]>) -> Result<Vec<Entry>> {
+        let (mut g, _) = match bound {
+            Bound::Included(k) | Bound::Excluded(k) => self.leaf_shared(k)?,
+            Bound::Unbounded => self.edge_leaf_shared(false)?,
+        };
+        loop {
+            let entries = self.leaf_entries(&g, |k| above(k, bound))?;
+            if !entries.is_empty() {
+                return Ok(entries);
+            }
+            let Some(next) = page::right(&g) else {
+                return Ok(entries);
+            };
+            // Coupling: latch the right sibling before releasing this leaf.
+            let ng = self.store.fix_shared(next)?;
+            expect_node(&ng, next)?;
+            g = ng;
+        }
+    }
+
+    /// The entries before `bound` in the last leaf that has any.
+    fn collect_backward(&self, bound: Bound<&[u8]>) -> Result<Vec<Entry>> {
+        'descend: loop {
+            let (g, mut came_from) = match bound {
+                Bound::Included(k) | Bound::Excluded(k) => self.leaf_shared(k)?,
+                Bound::Unbounded => self.edge_leaf_shared(true)?,
+            };
+            let entries = self.leaf_entries(&g, |k| below(k, bound))?;
+            if !entries.is_empty() {
+                return Ok(entries);
+            }
+            let mut left = page::left(&g);
+            drop(g);
+            while let Some(id) = left {
+                let lg = self.store.fix_shared(id)?;
+                if !page::is_leaf(&lg) || page::right(&lg) != Some(came_from) {
+                    continue 'descend;
+                }
+                let entries = self.leaf_entries(&lg, |k| below(k, bound))?;
+                if !entries.is_empty() {
+                    return Ok(entries);
+                }
+                came_from = id;
+                left = page::left(&lg);
+            }
+            return Ok(Vec::new());
+        }
+    }
+}

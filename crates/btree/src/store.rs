@@ -1,0 +1,461 @@
+//! The page-store contract the tree runs on, and an in-memory store.
+//!
+//! # The contract
+//!
+//! A [`PageStore`] hands out pages by [`PageId`] under a *guard* that pins the
+//! page and holds its latch:
+//!
+//! - [`PageStore::fix_shared`] returns a shared guard (shared latch), which
+//!   derefs to the page's bytes and cannot change them.
+//! - [`PageStore::fix_exclusive`] and [`PageStore::allocate`] return an
+//!   exclusive guard ([`PageWrite`]). Its only way to change bytes is
+//!   [`PageWrite::write`], which applies the bytes to the frame *and records
+//!   the byte patch* `(offset, bytes)` together with the bytes it replaced.
+//! - A logical change to a page (one insert, one delete, one rebuild) ends with
+//!   [`PageWrite::commit`]. The store checks that the page still fits its
+//!   compressed block and answers [`Fit::Fits`] (the patches move into the
+//!   operation's [`OpContext`]) or [`Fit::DoesNotFit`] (the store has rolled the
+//!   page back to its bytes at the previous commit, and the tree must split the
+//!   page instead). An uncompressed store always answers `Fits`.
+//! - Every tree operation (one insert, which may split several pages; one
+//!   delete, which may merge several) collects all its committed patches in one
+//!   [`OpContext`], in commit order, and hands it to [`PageStore::finish_op`]
+//!   once the operation is done. The write-ahead log will write one
+//!   `OpContext` as one atomic redo group; the buffer pool will append the same
+//!   patches to each compressed block's modification log.
+//! - Allocation and the free list belong to the store. A freed page must be
+//!   exclusively latched by the caller (so nobody else can be looking at it).
+//!
+//! Latching order is the tree's business (see `docs/design.md`, "B+tree"); the
+//! store only promises that shared guards exclude exclusive ones and that a
+//! guard never blocks on anything but its own page's latch.
+
+use crate::error::{Error, Result};
+use barracuda_codec::PageId;
+use parking_lot::{Mutex, RawRwLock, RwLock};
+use std::ops::Deref;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The result of [`PageWrite::commit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fit {
+    /// The page fits its (compressed) block; its patches joined the operation.
+    Fits,
+    /// The page no longer fits its compressed block; the store rolled the page
+    /// back to its bytes at the previous commit.
+    DoesNotFit,
+}
+
+/// One byte patch: `bytes` written at `offset` of the uncompressed page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Patch {
+    /// Byte offset in the page.
+    pub offset: u32,
+    /// The new bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// The committed patches of one page within one operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PagePatches {
+    /// The page changed.
+    pub page_id: PageId,
+    /// Its patches, in the order they were applied.
+    pub patches: Vec<Patch>,
+}
+
+/// Everything one tree operation changed: the unit of atomic redo.
+///
+/// The tree creates one per mutating call and passes it down every mutating
+/// path; guards append their patches at each successful commit. Pages that
+/// were allocated or freed by the operation are listed too, so that the log
+/// can replay allocation changes in the same group.
+#[derive(Debug, Default)]
+pub struct OpContext {
+    /// Committed page changes, in commit order (a page may appear more than
+    /// once if it was committed more than once).
+    pub pages: Vec<PagePatches>,
+    /// Pages this operation allocated.
+    pub allocated: Vec<PageId>,
+    /// Pages this operation freed.
+    pub freed: Vec<PageId>,
+}
+
+impl OpContext {
+    /// A new, empty operation.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The total number of patch bytes (payload only) in this operation.
+    #[must_use]
+    pub fn patch_bytes(&self) -> usize {
+        self.pages
+            .iter()
+            .flat_map(|p| p.patches.iter())
+            .map(|p| p.bytes.len())
+            .sum()
+    }
+}
+
+/// An exclusive guard: pin + exclusive latch, the only way to change a page.
+pub trait PageWrite: Deref<Target = [u8]> {
+    /// The page this guard holds.
+    fn page_id(&self) -> PageId;
+
+    /// Writes `bytes` at `offset`, recording the patch (and the replaced bytes,
+    /// for rollback). Panics if the range is outside the page (a tree bug).
+    fn write(&mut self, offset: usize, bytes: &[u8]);
+
+    /// Ends one logical change: checks the compressed fit and either moves the
+    /// pending patches into `op` or rolls the page back (see [`Fit`]).
+    fn commit(&mut self, op: &mut OpContext) -> Fit;
+
+    /// Writes only the byte ranges where `image` differs from the page, so
+    /// that rebuilding a page in place logs only what really changed.
+    fn write_diff(&mut self, image: &[u8]) {
+        assert_eq!(image.len(), self.len(), "image size must equal page size");
+        // Runs closer than this are merged: a patch header costs about as
+        // much as this many unchanged bytes would.
+        const GAP_MERGE_BYTES: usize = 8;
+        let mut i = 0;
+        while i < image.len() {
+            if image[i] == self[i] {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            let mut end = i + 1;
+            let mut j = end;
+            while j < image.len() && j - end <= GAP_MERGE_BYTES {
+                if image[j] != self[j] {
+                    end = j + 1;
+                }
+                j += 1;
+            }
+            self.write(start, &image[start..end]);
+            i = end;
+        }
+    }
+}
+
+/// A store of fixed-size pages with latches, allocation and patch recording.
+pub trait PageStore: Send + Sync {
+    /// Shared guard: pin + shared latch, derefs to the page bytes.
+    type Shared<'a>: Deref<Target = [u8]>
+    where
+        Self: 'a;
+    /// Exclusive guard: pin + exclusive latch; see [`PageWrite`].
+    type Exclusive<'a>: PageWrite
+    where
+        Self: 'a;
+
+    /// The logical page size, a power of two in 4..=64 KiB.
+    fn page_size_bytes(&self) -> usize;
+
+    /// Fixes a page in shared mode, blocking until the latch is granted.
+    fn fix_shared(&self, page_id: PageId) -> Result<Self::Shared<'_>>;
+
+    /// Fixes a page in exclusive mode, blocking until the latch is granted.
+    fn fix_exclusive(&self, page_id: PageId) -> Result<Self::Exclusive<'_>>;
+
+    /// Allocates a zeroed page and returns it fixed exclusively.
+    fn allocate(&self, op: &mut OpContext) -> Result<Self::Exclusive<'_>>;
+
+    /// Frees a page the caller holds exclusively; it returns to the free list.
+    fn free(&self, guard: Self::Exclusive<'_>, op: &mut OpContext) -> Result<()>;
+
+    /// The pages currently on the free list (for invariant checks).
+    fn free_page_ids(&self) -> Vec<PageId>;
+
+    /// Called once per tree operation, after all its latches were released,
+    /// with everything it changed. The default drops it.
+    fn finish_op(&self, op: OpContext) {
+        drop(op);
+    }
+}
+
+/// Decides whether a page image still fits its compressed block.
+///
+/// A small internal seam so that the codec's real compressor can plug in
+/// without touching the store: until `barracuda-codec` provides its block
+/// format, [`NonZeroBudget`] stands in for it.
+pub trait FitCheck: Send + Sync {
+    /// True if `page` would fit its block.
+    fn fits(&self, page: &[u8]) -> bool;
+}
+
+/// Uncompressed pages: everything fits.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AlwaysFits;
+
+impl FitCheck for AlwaysFits {
+    fn fits(&self, _page: &[u8]) -> bool {
+        true
+    }
+}
+
+/// A stand-in compressor model: a page "compresses" to its count of non-zero
+/// bytes plus a fixed block header, and fits if that is at most
+/// `block_size_bytes`. Free space is zeroed by the tree, so this behaves like
+/// a compressor that squeezes free space and nothing else: enough to exercise
+/// compression-failure splits and padding deterministically.
+#[derive(Clone, Copy, Debug)]
+pub struct NonZeroBudget {
+    /// The compressed block size the page must fit.
+    pub block_size_bytes: usize,
+}
+
+impl FitCheck for NonZeroBudget {
+    fn fits(&self, page: &[u8]) -> bool {
+        // The codec's block header and trailer, estimated.
+        const BLOCK_OVERHEAD_BYTES: usize = 64;
+        page.iter().filter(|b| **b != 0).count() + BLOCK_OVERHEAD_BYTES <= self.block_size_bytes
+    }
+}
+
+/// Counters of a [`MemStore`], for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemStoreStats {
+    /// Operations handed to `finish_op`.
+    pub op_count: u64,
+    /// Patches in those operations.
+    pub patch_count: u64,
+    /// Patch payload bytes in those operations.
+    pub patch_bytes: u64,
+    /// Commits answered `DoesNotFit`.
+    pub fit_failure_count: u64,
+    /// Pages allocated so far (including reused ones).
+    pub allocate_count: u64,
+}
+
+type Frame = Box<[u8]>;
+type FrameLock = RwLock<Frame>;
+
+/// An in-memory page store with parking_lot latches.
+pub struct MemStore<F: FitCheck = AlwaysFits> {
+    page_size_bytes: usize,
+    frames: RwLock<Vec<Arc<FrameLock>>>,
+    free_list: Mutex<Vec<PageId>>,
+    fit: F,
+    op_count: AtomicU64,
+    patch_count: AtomicU64,
+    patch_bytes: AtomicU64,
+    fit_failure_count: AtomicU64,
+    allocate_count: AtomicU64,
+}
+
+impl MemStore<AlwaysFits> {
+    /// An uncompressed store of `page_size_bytes` pages.
+    pub fn new(page_size_bytes: usize) -> Result<Self> {
+        Self::with_fit(page_size_bytes, AlwaysFits)
+    }
+}
+
+impl<F: FitCheck> MemStore<F> {
+    /// A store whose commits check fit with `fit`.
+    pub fn with_fit(page_size_bytes: usize, fit: F) -> Result<Self> {
+        crate::page::check_page_size(page_size_bytes)?;
+        Ok(Self {
+            page_size_bytes,
+            frames: RwLock::new(Vec::new()),
+            free_list: Mutex::new(Vec::new()),
+            fit,
+            op_count: AtomicU64::new(0),
+            patch_count: AtomicU64::new(0),
+            patch_bytes: AtomicU64::new(0),
+            fit_failure_count: AtomicU64::new(0),
+            allocate_count: AtomicU64::new(0),
+        })
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> MemStoreStats {
+        MemStoreStats {
+            op_count: self.op_count.load(Ordering::Relaxed),
+            patch_count: self.patch_count.load(Ordering::Relaxed),
+            patch_bytes: self.patch_bytes.load(Ordering::Relaxed),
+            fit_failure_count: self.fit_failure_count.load(Ordering::Relaxed),
+            allocate_count: self.allocate_count.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The number of pages ever created (allocated or free).
+    pub fn page_count(&self) -> usize {
+        self.frames.read().len()
+    }
+
+    fn frame(&self, page_id: PageId) -> Result<Arc<FrameLock>> {
+        let frames = self.frames.read();
+        usize::try_from(page_id.0)
+            .ok()
+            .and_then(|i| frames.get(i))
+            .cloned()
+            .ok_or(Error::PageOutOfRange {
+                page_id,
+                page_count: frames.len() as u64,
+            })
+    }
+}
+
+/// A shared guard of a [`MemStore`].
+pub struct MemShared {
+    guard: parking_lot::lock_api::ArcRwLockReadGuard<RawRwLock, Frame>,
+}
+
+impl Deref for MemShared {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.guard
+    }
+}
+
+/// An exclusive guard of a [`MemStore`].
+pub struct MemExclusive<'a, F: FitCheck> {
+    store: &'a MemStore<F>,
+    page_id: PageId,
+    guard: parking_lot::lock_api::ArcRwLockWriteGuard<RawRwLock, Frame>,
+    pending: Vec<Patch>,
+    undo: Vec<Patch>,
+}
+
+impl<F: FitCheck> Deref for MemExclusive<'_, F> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.guard
+    }
+}
+
+impl<F: FitCheck> PageWrite for MemExclusive<'_, F> {
+    fn page_id(&self) -> PageId {
+        self.page_id
+    }
+
+    fn write(&mut self, offset: usize, bytes: &[u8]) {
+        let range = offset..offset + bytes.len();
+        self.undo.push(Patch {
+            offset: offset as u32,
+            bytes: self.guard[range.clone()].to_vec(),
+        });
+        self.guard[range].copy_from_slice(bytes);
+        self.pending.push(Patch {
+            offset: offset as u32,
+            bytes: bytes.to_vec(),
+        });
+    }
+
+    fn commit(&mut self, op: &mut OpContext) -> Fit {
+        if self.pending.is_empty() {
+            return Fit::Fits;
+        }
+        if !self.store.fit.fits(&self.guard) {
+            for patch in self.undo.drain(..).rev() {
+                let start = patch.offset as usize;
+                self.guard[start..start + patch.bytes.len()].copy_from_slice(&patch.bytes);
+            }
+            self.pending.clear();
+            self.store.fit_failure_count.fetch_add(1, Ordering::Relaxed);
+            return Fit::DoesNotFit;
+        }
+        self.undo.clear();
+        op.pages.push(PagePatches {
+            page_id: self.page_id,
+            patches: std::mem::take(&mut self.pending),
+        });
+        Fit::Fits
+    }
+}
+
+impl<F: FitCheck> Drop for MemExclusive<'_, F> {
+    fn drop(&mut self) {
+        // A guard dropped with uncommitted patches is a tree bug: those
+        // changes would never reach the log.
+        if !std::thread::panicking() {
+            debug_assert!(
+                self.pending.is_empty(),
+                "{} released with uncommitted patches",
+                self.page_id
+            );
+        }
+    }
+}
+
+impl<F: FitCheck> PageStore for MemStore<F> {
+    type Shared<'a>
+        = MemShared
+    where
+        Self: 'a;
+    type Exclusive<'a>
+        = MemExclusive<'a, F>
+    where
+        Self: 'a;
+
+    fn page_size_bytes(&self) -> usize {
+        self.page_size_bytes
+    }
+
+    fn fix_shared(&self, page_id: PageId) -> Result<MemShared> {
+        let frame = self.frame(page_id)?;
+        Ok(MemShared {
+            guard: frame.read_arc(),
+        })
+    }
+
+    fn fix_exclusive(&self, page_id: PageId) -> Result<MemExclusive<'_, F>> {
+        let frame = self.frame(page_id)?;
+        Ok(MemExclusive {
+            store: self,
+            page_id,
+            guard: frame.write_arc(),
+            pending: Vec::new(),
+            undo: Vec::new(),
+        })
+    }
+
+    fn allocate(&self, op: &mut OpContext) -> Result<MemExclusive<'_, F>> {
+        self.allocate_count.fetch_add(1, Ordering::Relaxed);
+        let reused = self.free_list.lock().pop();
+        let page_id = match reused {
+            Some(page_id) => page_id,
+            None => {
+                let mut frames = self.frames.write();
+                let page_id = PageId(frames.len() as u64);
+                frames.push(Arc::new(RwLock::new(
+                    vec![0u8; self.page_size_bytes].into_boxed_slice(),
+                )));
+                page_id
+            }
+        };
+        op.allocated.push(page_id);
+        let mut guard = self.fix_exclusive(page_id)?;
+        // A reused page is zeroed directly: its old bytes belong to nobody,
+        // and the log records the allocation, not a patch.
+        guard.guard.fill(0);
+        Ok(guard)
+    }
+
+    fn free(&self, mut guard: MemExclusive<'_, F>, op: &mut OpContext) -> Result<()> {
+        let page_id = guard.page_id;
+        guard.pending.clear();
+        guard.undo.clear();
+        guard.guard.fill(0);
+        drop(guard);
+        op.freed.push(page_id);
+        self.free_list.lock().push(page_id);
+        Ok(())
+    }
+
+    fn free_page_ids(&self) -> Vec<PageId> {
+        self.free_list.lock().clone()
+    }
+
+    fn finish_op(&self, op: OpContext) {
+        self.op_count.fetch_add(1, Ordering::Relaxed);
+        let patches = op.pages.iter().map(|p| p.patches.len() as u64).sum::<u64>();
+        self.patch_count.fetch_add(patches, Ordering::Relaxed);
+        self.patch_bytes
+            .fetch_add(op.patch_bytes() as u64, Ordering::Relaxed);
+    }
+}

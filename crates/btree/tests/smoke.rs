@@ -1,0 +1,85 @@
+//! Randomized differential runs against `BTreeMap` for every policy, with the
+#![allow(clippy::unwrap_used, reason = "tests may unwrap")]
+//! invariant checker after every operation.
+
+use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn run(policy: SplitPolicy, page: usize, seed: u64, ops: usize, key_space: u32, big: bool) {
+    let store = Arc::new(MemStore::new(page).unwrap());
+    let tree = Tree::create(
+        store,
+        TreeConfig {
+            policy,
+            ..TreeConfig::default()
+        },
+    )
+    .unwrap();
+    let mut model = BTreeMap::new();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for step in 0..ops {
+        let k: u32 = rng.random_range(0..key_space);
+        let key = format!("key{k:08}").into_bytes();
+        let r = rng.random_range(0..100);
+        if r < 60 {
+            let len = if big && rng.random_range(0..10) == 0 {
+                rng.random_range(0..3 * page)
+            } else {
+                rng.random_range(0..200)
+            };
+            let v: Vec<u8> = (0..len).map(|i| (i as u8) ^ (k as u8)).collect();
+            let existed = tree.insert(&key, &v).unwrap();
+            assert_eq!(
+                existed,
+                model.insert(key.clone(), v).is_some(),
+                "step {step}"
+            );
+        } else if r < 90 {
+            let existed = tree.delete(&key).unwrap();
+            assert_eq!(existed, model.remove(&key).is_some(), "step {step}");
+        } else {
+            assert_eq!(
+                tree.get(&key).unwrap(),
+                model.get(&key).cloned(),
+                "step {step}"
+            );
+        }
+        if let Err(e) = tree.check_invariants() {
+            panic!("step {step}: {e}");
+        }
+    }
+    let mut c = tree.cursor();
+    let mut got = Vec::new();
+    let mut ok = c.first().unwrap();
+    while ok {
+        got.push(c.entry().unwrap().clone());
+        ok = c.next().unwrap();
+    }
+    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(got.len(), want.len());
+    assert!(got == want);
+    let mut back = Vec::new();
+    let mut ok = c.last().unwrap();
+    while ok {
+        back.push(c.entry().unwrap().clone());
+        ok = c.prev().unwrap();
+    }
+    back.reverse();
+    assert!(back == want);
+}
+
+#[test]
+fn random_ops_all_policies() {
+    for policy in [
+        SplitPolicy::Half,
+        SplitPolicy::InnoDb,
+        SplitPolicy::Adaptive,
+    ] {
+        for seed in 0..3 {
+            run(policy, 4096, seed, 3000, 2000, seed == 2);
+        }
+    }
+}
