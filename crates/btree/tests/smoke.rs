@@ -1,6 +1,6 @@
 //! Randomized differential runs against `BTreeMap` for every policy, with the
-#![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 //! invariant checker after every operation.
+#![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
 use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig};
 use rand::rngs::SmallRng;
