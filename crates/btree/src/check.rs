@@ -35,6 +35,7 @@ pub struct TreeStats {
 }
 
 struct Walk {
+    free: HashSet<PageId>,
     visited: HashSet<PageId>,
     leaves: Vec<(PageId, Option<PageId>, Option<PageId>)>,
     leaf_depth: Option<usize>,
@@ -111,23 +112,20 @@ impl<S: PageStore> Tree<S> {
     /// Checks every structural invariant (see the crate docs); the first
     /// violation is returned as [`Error::Invariant`].
     pub fn check_invariants(&self) -> Result<()> {
+        let mut free = HashSet::new();
+        for id in self.store.free_page_ids() {
+            if !free.insert(id) {
+                return Err(violation(id, "page is on the free list twice"));
+            }
+        }
         let mut walk = Walk {
+            free,
             visited: HashSet::new(),
             leaves: Vec::new(),
             leaf_depth: None,
         };
         self.check_page(self.root, 0, None, None, None, &mut walk)?;
-        self.check_siblings(&walk.leaves)?;
-        let mut free = HashSet::new();
-        for id in self.store.free_page_ids() {
-            if walk.visited.contains(&id) {
-                return Err(violation(id, "free page is reachable from the tree"));
-            }
-            if !free.insert(id) {
-                return Err(violation(id, "page is on the free list twice"));
-            }
-        }
-        Ok(())
+        self.check_siblings(&walk.leaves)
     }
 
     fn check_page(
@@ -139,6 +137,9 @@ impl<S: PageStore> Tree<S> {
         level: Option<u8>,
         walk: &mut Walk,
     ) -> Result<()> {
+        if walk.free.contains(&id) {
+            return Err(violation(id, "free page is reachable from the tree"));
+        }
         if !walk.visited.insert(id) {
             return Err(violation(id, "page reachable twice"));
         }
@@ -225,6 +226,9 @@ impl<S: PageStore> Tree<S> {
             let mut seen = 0;
             let mut next = Some(first);
             while let Some(id) = next {
+                if walk.free.contains(&id) {
+                    return Err(violation(id, "free page is reachable from the tree"));
+                }
                 if !walk.visited.insert(id) {
                     return Err(violation(id, "overflow page reachable twice"));
                 }

@@ -91,7 +91,10 @@ impl<'t, S: PageStore> Cursor<'t, S> {
     }
 
     /// Moves to the next key; false (and off the tree) at the end.
-    #[allow(clippy::should_implement_trait, reason = "fallible, returns Result<bool>")]
+    #[allow(
+        clippy::should_implement_trait,
+        reason = "fallible, returns Result<bool>"
+    )]
     pub fn next(&mut self) -> Result<bool> {
         if self.index + 1 < self.batch.len() {
             self.index += 1;

@@ -444,15 +444,23 @@ fn build_image(old: &[u8], layout: &Layout, recs: &[RecBuf]) -> Vec<u8> {
     let size = old.len();
     assert!(image_bytes(recs) <= size, "rebuilt page overflows");
     let mut img = vec![0u8; size];
+    let internal = layout.page_type == PageType::Internal;
+    // The first record of an internal page is stored without its key.
+    let stored_len = |i: usize| {
+        if internal && i == 0 {
+            RECORD_HEADER_BYTES + recs[i].value.len()
+        } else {
+            recs[i].len()
+        }
+    };
     let mut order: Vec<usize> = (0..recs.len()).collect();
     order.sort_by_key(|&i| recs[i].old_offset.unwrap_or(usize::MAX));
     let mut offsets = vec![0usize; recs.len()];
     let mut pos = PAGE_HEADER_BYTES;
     for &i in &order {
         offsets[i] = pos;
-        pos += recs[i].len();
+        pos += stored_len(i);
     }
-    let internal = layout.page_type == PageType::Internal;
     for (i, r) in recs.iter().enumerate() {
         let next = offsets.get(i + 1).copied().unwrap_or(0);
         let key: &[u8] = if internal && i == 0 { &[] } else { &r.key };

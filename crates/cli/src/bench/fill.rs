@@ -90,7 +90,11 @@ fn patterns(args: &Args) -> anyhow::Result<Vec<String>> {
         return Ok(ALL.iter().map(|s| (*s).to_string()).collect());
     }
     if !ALL.contains(&args.pattern.as_str()) {
-        bail!("unknown pattern {:?}: use {} or all", args.pattern, ALL.join(", "));
+        bail!(
+            "unknown pattern {:?}: use {} or all",
+            args.pattern,
+            ALL.join(", ")
+        );
     }
     Ok(vec![args.pattern.clone()])
 }
@@ -148,7 +152,9 @@ fn zipf_keys(n: u64, rng: &mut SmallRng) -> Vec<Vec<u8>> {
             let u = rng.random::<f64>() * sum;
             let rank = cdf.partition_point(|c| *c < u) as u64;
             // Fibonacci hashing spreads hot ranks over the key space.
-            rank.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes().to_vec()
+            rank.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .to_be_bytes()
+                .to_vec()
         })
         .collect()
 }
@@ -164,7 +170,7 @@ fn read_keys(path: &PathBuf) -> anyhow::Result<Vec<Vec<u8>>> {
 }
 
 fn decode_hex(s: &str) -> anyhow::Result<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         bail!("odd number of hex digits");
     }
     (0..s.len())
@@ -186,7 +192,12 @@ fn value(i: u64, len: usize) -> Vec<u8> {
     v
 }
 
-fn run_one(pattern: &str, policy: (&str, SplitPolicy), keys: &[Vec<u8>], args: &Args) -> anyhow::Result<FillResult> {
+fn run_one(
+    pattern: &str,
+    policy: (&str, SplitPolicy),
+    keys: &[Vec<u8>],
+    args: &Args,
+) -> anyhow::Result<FillResult> {
     let store = Arc::new(MemStore::new(args.page_kib * 1024)?);
     let config = TreeConfig {
         policy: policy.1,
@@ -201,7 +212,7 @@ fn run_one(pattern: &str, policy: (&str, SplitPolicy), keys: &[Vec<u8>], args: &
     let start = Instant::now();
     for (i, k) in keys.iter().enumerate() {
         tree.insert(k, &value(i as u64, args.value_bytes))?;
-        if i % 4096 == 0 {
+        if i.is_multiple_of(4096) {
             bar.set_position(i as u64);
         }
     }
@@ -231,8 +242,16 @@ fn run_one(pattern: &str, policy: (&str, SplitPolicy), keys: &[Vec<u8>], args: &
 fn print_table(results: &[FillResult]) {
     println!(
         "{:<12} {:<9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>12} {:>11}",
-        "pattern", "policy", "rows", "leaf_fill", "leaf_pages", "height", "split_half", "split_seq",
-        "patch_B/ins", "inserts/s"
+        "pattern",
+        "policy",
+        "rows",
+        "leaf_fill",
+        "leaf_pages",
+        "height",
+        "split_half",
+        "split_seq",
+        "patch_B/ins",
+        "inserts/s"
     );
     for r in results {
         println!(
