@@ -1072,7 +1072,13 @@ impl<S: PageStore> Tree<S> {
             0
         };
         page::rebuild(left, &layout, recs);
-        self.commit_or_err(left, op)?;
+        if !self.commit(left, op) {
+            // The merged page does not compress into its block: keep both
+            // pages, marked sparse.
+            self.mark_growing(left, op)?;
+            let mut right = right;
+            return self.mark_growing(&mut right, op);
+        }
         if let (true, Some(rr)) = (leaf, page::right(&right)) {
             let mut g = self.store.fix_exclusive(rr)?;
             page::set_left(&mut g, Some(left.page_id()));
@@ -1104,32 +1110,71 @@ impl<S: PageStore> Tree<S> {
         if room > self.limit_bytes() {
             // The parent cannot take the new separator without splitting,
             // which a delete never does: leave the child marked sparse.
-            let f = page::flags(right) | FLAG_GROWING;
-            page::set_flags(right, f);
-            self.commit_or_err(right, op)?;
-            let f = page::flags(left) | FLAG_GROWING;
-            page::set_flags(left, f);
-            return self.commit_or_err(left, op);
+            self.mark_growing(right, op)?;
+            return self.mark_growing(left, op);
         }
         let (l, r) = recs.split_at(cut);
-        for (g, part) in [(&mut *left, l), (&mut *right, r)] {
-            let mut layout = page::layout_of(g);
+        let left_before = page::read_all(left);
+        let left_layout = page::layout_of(left);
+        let right_layout = page::layout_of(right);
+        let mut layouts = [(l, page::layout_of(left)), (r, page::layout_of(right))];
+        for (part, layout) in &mut layouts {
             layout.flags = if page::image_bytes(part) < self.threshold_bytes() {
                 FLAG_GROWING
             } else {
                 0
             };
-            page::rebuild(g, &layout, part);
-            self.commit_or_err(g, op)?;
+        }
+        page::rebuild(left, &layouts[0].1, l);
+        let left_fits = self.commit(left, op);
+        let right_fits = left_fits && {
+            page::rebuild(right, &layouts[1].1, r);
+            self.commit(right, op)
+        };
+        if !right_fits {
+            // A page does not compress into its block: put the left page
+            // back as it was and keep both, marked sparse.
+            if left_fits {
+                page::rebuild(left, &left_layout, &left_before);
+                self.commit_or_err(left, op)?;
+            }
+            self.mark_growing(left, op)?;
+            return self.mark_growing(right, op);
         }
         page::remove(parent, pr);
         let pr = page::probe(parent, &new_sep.key);
         page::insert(parent, pr, &new_sep);
-        self.commit_or_err(parent, op)?;
+        if !self.commit(parent, op) {
+            // The parent does not compress with the new separator: undo the
+            // redistribution (both pages fitted before) and keep them sparse.
+            let right_before: Vec<RecBuf> = strip_offsets(&recs[left_before.len()..]);
+            let right_before = internal_first_key_elided(right_before, page::is_leaf(right));
+            page::rebuild(right, &right_layout, &right_before);
+            self.commit_or_err(right, op)?;
+            page::rebuild(left, &left_layout, &left_before);
+            self.commit_or_err(left, op)?;
+            self.mark_growing(left, op)?;
+            return self.mark_growing(right, op);
+        }
         self.counters
             .redistributions
             .fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn mark_growing<G: PageWrite>(&self, g: &mut G, op: &mut OpContext) -> Result<()> {
+        let f = page::flags(g) | FLAG_GROWING;
+        page::set_flags(g, f);
+        if self.commit(g, op) {
+            return Ok(());
+        }
+        // Even the flag tipped the block over: compact the page (dropping
+        // its garbage) while setting it.
+        let mut layout = page::layout_of(g);
+        layout.flags = f;
+        let recs = strip_offsets(&page::read_all(g));
+        page::rebuild(g, &layout, &recs);
+        self.commit_or_err(g, op)
     }
 
     /// While the root is internal with a single child, pulls that child's
@@ -1149,6 +1194,14 @@ impl<S: PageStore> Tree<S> {
         }
         Ok(())
     }
+}
+
+/// The first record of an internal page is stored without a key.
+fn internal_first_key_elided(mut recs: Vec<RecBuf>, leaf: bool) -> Vec<RecBuf> {
+    if let (false, Some(first)) = (leaf, recs.first_mut()) {
+        first.key.clear();
+    }
+    recs
 }
 
 fn unreachable_err(page_id: PageId) -> Error {

@@ -83,3 +83,46 @@ fn random_ops_all_policies() {
         }
     }
 }
+
+/// Compressed mode with the stand-in compressor: pages must fit a 2 KiB block
+/// out of 4 KiB, so commits fail, pages split on compression failure, and
+/// the pad grows.
+#[test]
+fn compressed_pages_split_on_fit_failure() {
+    use barracuda_btree::store::NonZeroBudget;
+    let fit = NonZeroBudget {
+        block_size_bytes: 2048,
+    };
+    let store = Arc::new(MemStore::with_fit(4096, fit).unwrap());
+    let config = TreeConfig {
+        compressed: true,
+        ..TreeConfig::default()
+    };
+    let tree = Tree::create(Arc::clone(&store), config).unwrap();
+    let mut model = BTreeMap::new();
+    let mut rng = SmallRng::seed_from_u64(7);
+    for step in 0..6000 {
+        let k = format!("{:06}", rng.random_range(0..3000u32)).into_bytes();
+        if rng.random_range(0..4) == 0 {
+            assert_eq!(tree.delete(&k).unwrap(), model.remove(&k).is_some());
+        } else {
+            let v: Vec<u8> = (0..rng.random_range(1..120))
+                .map(|_| rng.random_range(1..=255))
+                .collect();
+            tree.insert(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+        if step % 97 == 0 {
+            tree.check_invariants().unwrap();
+        }
+    }
+    tree.check_invariants().unwrap();
+    for (k, v) in &model {
+        assert_eq!(tree.get(k).unwrap().as_ref(), Some(v));
+    }
+    let counts = tree.split_counts();
+    assert!(counts.compression_failures > 0, "{counts:?}");
+    assert!(counts.compression_failure > 0, "{counts:?}");
+    assert!(tree.zip_pad_bytes() > 0, "pad never grew: {counts:?}");
+    assert!(store.stats().fit_failure_count > 0);
+}
