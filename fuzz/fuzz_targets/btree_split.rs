@@ -17,6 +17,7 @@ enum Policy {
     Half,
     InnoDb,
     Adaptive,
+    InnoDbLastInsert,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -98,6 +99,7 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
         Policy::Half => SplitPolicy::Half,
         Policy::InnoDb => SplitPolicy::InnoDb,
         Policy::Adaptive => SplitPolicy::Adaptive,
+        Policy::InnoDbLastInsert => SplitPolicy::InnoDbLastInsert,
     };
     let store = Arc::new(MemStore::new(page).expect("page size"));
     let tree = Tree::create(store, TreeConfig { policy, ..TreeConfig::default() }).expect("create");

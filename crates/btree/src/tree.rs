@@ -28,6 +28,12 @@ pub enum SplitPolicy {
     /// new key to the new page; otherwise split in the middle.
     #[default]
     Adaptive,
+    /// InnoDB's actual `PAGE_LAST_INSERT` rule, for comparison
+    /// (`btr_page_get_split_rec_to_right` / `_to_left`): an insert right
+    /// after the last inserted record splits after the record following
+    /// the insert point (or at the new record if it is the page's last);
+    /// an insert right before it splits at the new record's successor.
+    InnoDbLastInsert,
 }
 
 /// Per-tree configuration.
@@ -728,11 +734,22 @@ impl<S: PageStore> Tree<S> {
                     None
                 }
             }
+            SplitPolicy::InnoDbLastInsert => match last_insert_index(p, recs) {
+                Some(l) if l + 1 == new_idx => {
+                    // Keep one record after the new one on the left, for
+                    // the next insert (InnoDB's comment), if there is one
+                    // more after it; else the new record starts the right.
+                    Some(if new_idx + 2 < n {
+                        new_idx + 2
+                    } else {
+                        new_idx
+                    })
+                }
+                Some(l) if new_idx + 1 == l => Some(new_idx + 1),
+                _ => None,
+            },
             SplitPolicy::Adaptive => {
-                let last = page::last_insert(p);
-                let li = recs
-                    .iter()
-                    .position(|r| last != 0 && r.old_offset == Some(last));
+                let li = last_insert_index(p, recs);
                 match li {
                     Some(l) if l + 1 == new_idx || new_idx + 1 == l => {
                         let keep_new =
@@ -1194,6 +1211,13 @@ impl<S: PageStore> Tree<S> {
         }
         Ok(())
     }
+}
+
+/// Where the page's last inserted record is in `recs`, if known.
+fn last_insert_index(p: &[u8], recs: &[RecBuf]) -> Option<usize> {
+    let last = page::last_insert(p);
+    recs.iter()
+        .position(|r| last != 0 && r.old_offset == Some(last))
 }
 
 /// The first record of an internal page is stored without a key.

@@ -59,7 +59,8 @@ impl ReferenceStateMachine for ModelMachine {
             prop_oneof![
                 Just(SplitPolicy::Half),
                 Just(SplitPolicy::InnoDb),
-                Just(SplitPolicy::Adaptive)
+                Just(SplitPolicy::Adaptive),
+                Just(SplitPolicy::InnoDbLastInsert)
             ],
             prop_oneof![Just(4096usize), Just(16384usize)],
         )
@@ -183,7 +184,7 @@ impl StateMachineTest for TreeUnderTest {
 
 prop_state_machine! {
     #![proptest_config(ProptestConfig {
-        cases: 48,
+        cases: 64,
         max_shrink_iters: 2000,
         .. ProptestConfig::default()
     })]

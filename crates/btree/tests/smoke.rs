@@ -126,3 +126,38 @@ fn compressed_pages_split_on_fit_failure() {
     assert!(tree.zip_pad_bytes() > 0, "pad never grew: {counts:?}");
     assert!(store.stats().fit_failure_count > 0);
 }
+
+/// An insert that does not split writes the record plus a few directory and
+/// header bytes, not a memmove of half the page.
+#[test]
+fn insert_patches_stay_small() {
+    use barracuda_btree::OpContext;
+    let store = Arc::new(MemStore::new(16384).unwrap());
+    let tree = Tree::create(store, TreeConfig::default()).unwrap();
+    let mut rng = SmallRng::seed_from_u64(3);
+    let value = [5u8; 100];
+    let record_bytes = 8 + 8 + value.len();
+    let mut total = 0;
+    let inserts = 120;
+    for _ in 0..inserts {
+        let key = rng.random::<u64>().to_be_bytes();
+        let mut op = OpContext::new();
+        tree.insert_in(&mut op, &key, &value).unwrap();
+        let bytes = op.patch_bytes();
+        // Record, predecessor link, slot(s), header; a group split shifts at
+        // most the directory of ~30 slots.
+        assert!(
+            bytes <= record_bytes + 160,
+            "{bytes} patch bytes for one insert"
+        );
+        total += bytes;
+    }
+    assert_eq!(
+        tree.stats().unwrap().leaf_pages,
+        1,
+        "the test must not split"
+    );
+    let average = total as f64 / f64::from(inserts);
+    println!("average patch bytes per random insert: {average:.1} (record {record_bytes})");
+    assert!(average < (record_bytes + 40) as f64, "average {average}");
+}

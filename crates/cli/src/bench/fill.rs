@@ -26,7 +26,7 @@ pub struct Args {
     /// Insert pattern: tpcc-orders, ascending, descending, random, zipf, or all.
     #[arg(long, default_value = "tpcc-orders")]
     pattern: String,
-    /// Split policy: half, innodb, adaptive, or all.
+    /// Split policy: half, innodb, adaptive, innodb-last-insert, or all.
     #[arg(long, default_value = "adaptive")]
     policy: String,
     /// Rows to insert.
@@ -71,13 +71,16 @@ fn policies(name: &str) -> anyhow::Result<Vec<(&'static str, SplitPolicy)>> {
         ("half", SplitPolicy::Half),
         ("innodb", SplitPolicy::InnoDb),
         ("adaptive", SplitPolicy::Adaptive),
+        ("innodb-last-insert", SplitPolicy::InnoDbLastInsert),
     ];
     if name == "all" {
         return Ok(all.to_vec());
     }
     match all.iter().find(|(n, _)| *n == name) {
         Some(p) => Ok(vec![*p]),
-        None => bail!("unknown policy {name:?}: use half, innodb, adaptive or all"),
+        None => {
+            bail!("unknown policy {name:?}: use half, innodb, adaptive, innodb-last-insert or all")
+        }
     }
 }
 
@@ -241,7 +244,7 @@ fn run_one(
 
 fn print_table(results: &[FillResult]) {
     println!(
-        "{:<12} {:<9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>12} {:>11}",
+        "{:<12} {:<18} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>12} {:>11}",
         "pattern",
         "policy",
         "rows",
@@ -255,7 +258,7 @@ fn print_table(results: &[FillResult]) {
     );
     for r in results {
         println!(
-            "{:<12} {:<9} {:>9} {:>9.3} {:>10} {:>6} {:>10} {:>10} {:>12.1} {:>11.0}",
+            "{:<12} {:<18} {:>9} {:>9.3} {:>10} {:>6} {:>10} {:>10} {:>12.1} {:>11.0}",
             r.pattern,
             r.policy,
             r.rows,
