@@ -109,8 +109,8 @@ pub fn read_header(block: &[u8]) -> Result<BlockHeader> {
 }
 
 /// Checks a block just read from disk: magic, checksum, version, codec,
-/// lengths, and that it belongs to `expected_page_id`. Errors name
-/// `expected_page_id`.
+/// lengths, the bounds of every modification-log entry, and that it belongs
+/// to `expected_page_id`. Errors name `expected_page_id`.
 pub fn verify(block: &[u8], expected_page_id: PageId) -> Result<BlockHeader> {
     check_magic(block, Some(expected_page_id))?;
     let stored = read_u32(block, CHECKSUM_AT);
@@ -122,7 +122,14 @@ pub fn verify(block: &[u8], expected_page_id: PageId) -> Result<BlockHeader> {
             computed,
         });
     }
-    let header = parse_checked(block, Some(expected_page_id))?;
+    let mut header = parse_checked(block, Some(expected_page_id))?;
+    // Log errors name the caller's page too.
+    header.page_id = expected_page_id;
+    let image_end = BLOCK_HEADER_BYTES + header.compressed_len_bytes;
+    for entry in LogEntries::new(&header, &block[image_end..image_end + header.log_len_bytes]) {
+        entry?;
+    }
+    header.page_id = PageId(read_u64(block, PAGE_ID_AT));
     if header.page_id != expected_page_id {
         return Err(CodecError::PageIdMismatch {
             expected: expected_page_id,
@@ -184,11 +191,58 @@ pub fn append_patch(block: &mut [u8], offset: usize, bytes: &[u8]) -> Result<Pat
 
 /// Applies every entry of a modification log to a decompressed page.
 pub(crate) fn apply_log(header: &BlockHeader, log: &[u8], frame: &mut [u8]) -> Result<()> {
-    let mut at = 0;
-    while at < log.len() {
+    for entry in LogEntries::new(header, log) {
+        let (offset, data) = entry?;
+        frame[offset..offset + data.len()].copy_from_slice(data);
+    }
+    Ok(())
+}
+
+/// The patches of a block's modification log, oldest first.
+pub fn log_entries(block: &[u8]) -> Result<LogEntries<'_>> {
+    let header = read_header(block)?;
+    let image_end = BLOCK_HEADER_BYTES + header.compressed_len_bytes;
+    Ok(LogEntries::new(
+        &header,
+        &block[image_end..image_end + header.log_len_bytes],
+    ))
+}
+
+/// Checks everything about a block that does not need decompression: the
+/// header's structure and every log entry's bounds (not the checksum, which
+/// may be stale in memory). Used by tests, fuzzing and `barracuda check`.
+pub fn check_invariants(block: &[u8]) -> Result<BlockHeader> {
+    let header = read_header(block)?;
+    for entry in log_entries(block)? {
+        entry?;
+    }
+    Ok(header)
+}
+
+/// An iterator over a modification log: `(page offset, bytes)` per patch, or
+/// an error (and then nothing more) for a malformed entry.
+#[derive(Clone, Debug)]
+pub struct LogEntries<'a> {
+    header: BlockHeader,
+    log: &'a [u8],
+    at: usize,
+}
+
+impl<'a> LogEntries<'a> {
+    fn new(header: &BlockHeader, log: &'a [u8]) -> LogEntries<'a> {
+        LogEntries {
+            header: *header,
+            log,
+            at: 0,
+        }
+    }
+
+    fn entry(&self) -> Result<(usize, &'a [u8], usize)> {
+        let (log, at) = (self.log, self.at);
+        let page_id = self.header.page_id;
         let Some(entry_header) = log.get(at..at + LOG_ENTRY_HEADER_BYTES) else {
             return Err(impossible(
-                header.page_id,
+                page_id,
                 "modification log entry header",
                 at as u64,
                 log.len() as u64,
@@ -196,20 +250,39 @@ pub(crate) fn apply_log(header: &BlockHeader, log: &[u8], frame: &mut [u8]) -> R
         };
         let offset = usize::from(u16::from_le_bytes([entry_header[0], entry_header[1]]));
         let len = usize::from(u16::from_le_bytes([entry_header[2], entry_header[3]]));
-        check_patch_bounds(header, offset, len)?;
+        check_patch_bounds(&self.header, offset, len)?;
         let data_at = at + LOG_ENTRY_HEADER_BYTES;
         let Some(data) = log.get(data_at..data_at + len) else {
             return Err(impossible(
-                header.page_id,
+                page_id,
                 "modification log entry length",
                 len as u64,
                 (log.len() - data_at) as u64,
             ));
         };
-        frame[offset..offset + len].copy_from_slice(data);
-        at = data_at + len;
+        Ok((offset, data, data_at + len))
     }
-    Ok(())
+}
+
+impl<'a> Iterator for LogEntries<'a> {
+    type Item = Result<(usize, &'a [u8])>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.at >= self.log.len() {
+            return None;
+        }
+        match self.entry() {
+            Ok((offset, data, next_at)) => {
+                self.at = next_at;
+                Some(Ok((offset, data)))
+            }
+            Err(e) => {
+                // Stop after the first malformed entry.
+                self.at = self.log.len();
+                Some(Err(e))
+            }
+        }
+    }
 }
 
 /// The fields `write_block` stamps into a header.
