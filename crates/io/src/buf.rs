@@ -45,6 +45,15 @@ impl Alignment {
         }
     }
 
+    /// Checks a new file length: lengths stay multiples of `offset_bytes`
+    /// so that O_DIRECT can read every byte.
+    pub fn check_len(&self, path: &Path, len_bytes: u64) -> Result<(), IoError> {
+        if len_bytes.is_multiple_of(self.offset_bytes as u64) {
+            return Ok(());
+        }
+        self.check(path, OpKind::SetLen, len_bytes, 0, 0)
+    }
+
     /// Checks one request; the error names the file, offset, length and buffer.
     pub fn check(
         &self,
@@ -304,7 +313,6 @@ impl BufPool {
     }
 
     /// One iovec per slot, for `io_uring_register_buffers`.
-    #[allow(dead_code)] // Used by the io_uring backend (next commit).
     pub(crate) fn iovecs(&self) -> Vec<libc::iovec> {
         (0..self.shared.slot_count)
             .map(|i| libc::iovec {
@@ -319,7 +327,6 @@ impl BufPool {
 
     /// The slot holding `[addr, addr + len_bytes)`, if the range lies inside
     /// one slot of this pool (the io_uring backend then uses `ReadFixed`).
-    #[allow(dead_code)] // Used by the io_uring backend (next commit).
     pub(crate) fn slot_of(&self, addr: usize, len_bytes: usize) -> Option<u16> {
         let base = self.shared.base.as_ptr() as usize;
         let size = self.shared.slot_size_bytes;

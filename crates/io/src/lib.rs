@@ -45,11 +45,13 @@
 mod batch;
 mod buf;
 mod error;
+mod fault;
 mod lock;
 mod memory;
 mod options;
 mod pread;
 mod sys;
+mod uring;
 
 use std::fmt::Debug;
 use std::path::Path;
@@ -58,6 +60,7 @@ use std::sync::Arc;
 pub use batch::{Completion, CompletionQueue, CompletionSender, IoOp, IoRequest};
 pub use buf::{AlignedBuf, Alignment, BufPool, SECTOR_SIZE_BYTES};
 pub use error::{IoError, OpKind};
+pub use fault::{CrashReport, FaultConfig, FaultErrno, FaultFile, FaultOp, FaultRule};
 pub use lock::{DirLock, LOCK_FILE_NAME};
 pub use memory::MemoryFile;
 pub use options::{
@@ -65,6 +68,7 @@ pub use options::{
     QUEUE_DEPTH_MAX,
 };
 pub use pread::PreadFile;
+pub use uring::UringFile;
 
 /// A file read and written at offsets, shared by many threads
 /// (`Arc<dyn BlockFile>`).
@@ -105,7 +109,8 @@ pub trait BlockFile: Send + Sync + Debug {
         Ok(self.len()? == 0)
     }
 
-    /// Truncates or extends (with zeros) the file to `len_bytes`.
+    /// Truncates or extends (with zeros) the file to `len_bytes`, which must
+    /// be a multiple of `alignment().offset_bytes`.
     ///
     /// Guarantees: visible at once; durable after the next `sync_data`.
     fn set_len(&self, len_bytes: u64) -> Result<(), IoError>;
@@ -149,8 +154,31 @@ pub trait BlockFile: Send + Sync + Debug {
 /// it cannot be set up (the reason is logged at `warn`).
 pub fn open(path: &Path, options: &IoOptions) -> Result<Arc<dyn BlockFile>, IoError> {
     options.validate()?;
+    let rings = match options.backend {
+        Backend::Pread => None,
+        Backend::Uring => {
+            let rings = uring::setup_rings(options);
+            Some(rings.map_err(|source| IoError::RingSetup {
+                path: path.to_path_buf(),
+                source,
+            })?)
+        }
+        Backend::Auto => match uring::setup_rings(options) {
+            Ok(rings) => Some(rings),
+            Err(e) => {
+                tracing::warn!(
+                    "io_uring unavailable for {}, using pread/pwrite: {e}",
+                    path.display()
+                );
+                None
+            }
+        },
+    };
     let opened = sys::open_file(path, options)?;
-    Ok(Arc::new(PreadFile::from_opened(opened, options)?))
+    match rings {
+        Some(rings) => Ok(Arc::new(UringFile::from_parts(opened, rings, options)?)),
+        None => Ok(Arc::new(PreadFile::from_opened(opened, options)?)),
+    }
 }
 
 /// Runs a batch one request at a time on the calling thread.

@@ -85,6 +85,7 @@ impl BlockFile for MemoryFile {
     }
 
     fn set_len(&self, len_bytes: u64) -> Result<(), IoError> {
+        self.alignment.check_len(&self.name, len_bytes)?;
         let len = usize::try_from(len_bytes).map_err(|_| IoError::Os {
             op: OpKind::SetLen,
             path: self.name.clone(),

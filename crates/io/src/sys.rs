@@ -200,7 +200,6 @@ impl SyncState {
 
     /// Forgets a failure (the fault backend after a simulated crash and
     /// reopen).
-    #[allow(dead_code)] // Used by the fault backend (next commit).
     pub(crate) fn reset(&self) {
         *self.errno.lock() = None;
         self.failed.store(false, Ordering::Release);
@@ -326,6 +325,7 @@ impl DiskCore {
 
     pub(crate) fn set_len(&self, len_bytes: u64) -> Result<(), IoError> {
         self.sync_state.check(self.path())?;
+        self.opened.alignment.check_len(self.path(), len_bytes)?;
         let result = self.opened.file.set_len(len_bytes);
         result.map_err(|e| os_error(OpKind::SetLen, self.path(), len_bytes, 0, e))
     }
