@@ -349,3 +349,25 @@ impl DiskCore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_sync_stays_failed_with_the_first_errno() {
+        let state = SyncState::default();
+        let path = Path::new("/data/file");
+        state.check(path).unwrap();
+        let first = state.fail(path, io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(first, IoError::FsyncFailed { .. }));
+        state.fail(path, io::Error::from_raw_os_error(libc::ENOSPC));
+        for _ in 0..3 {
+            let again = state.check(path).unwrap_err();
+            assert_eq!(again.raw_os_error(), Some(libc::EIO));
+            assert!(again.to_string().contains("/data/file"));
+        }
+        state.reset();
+        state.check(path).unwrap();
+    }
+}

@@ -2,6 +2,9 @@
 //! every backend and flush method. Each check compares the file against a
 //! model (a `Vec<u8>`).
 
+// Helpers outside #[test] functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
