@@ -53,6 +53,12 @@ pub enum Error {
         /// Which invariant, and how.
         reason: String,
     },
+    /// The codec refused a configuration.
+    #[error("codec: {reason}")]
+    Codec {
+        /// The codec's error.
+        reason: String,
+    },
     /// A page could not be made to fit its compressed block even after
     /// splitting it down to a single record.
     #[error("{page_id} does not fit its compressed block even after a split")]

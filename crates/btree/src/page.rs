@@ -18,8 +18,16 @@ use crate::store::PageWrite;
 use barracuda_codec::PageId;
 use std::cmp::Ordering;
 
-/// Bytes of the page header (offsets below).
-pub const PAGE_HEADER_BYTES: usize = 48;
+/// The first bytes of every page belong to the codec (a copy of the block
+/// header after decompression; patches may not touch them). The tree's own
+/// header starts right after.
+pub const CODEC_RESERVED_BYTES: usize = barracuda_codec::PAGE_HEADER_RESERVED_BYTES;
+/// Bytes of the tree's own header fields (offsets below, relative to
+/// [`CODEC_RESERVED_BYTES`]).
+const TREE_HEADER_BYTES: usize = 48;
+/// Bytes before the record heap: the codec's reserved bytes, then the tree's
+/// header.
+pub const PAGE_HEADER_BYTES: usize = CODEC_RESERVED_BYTES + TREE_HEADER_BYTES;
 /// Bytes of a record header: next u16, key length u16, value length u16,
 /// flags u8, reserved u8.
 pub const RECORD_HEADER_BYTES: usize = 8;
@@ -73,20 +81,21 @@ pub fn check_page_size(page_size_bytes: usize) -> Result<()> {
 }
 
 // Header offsets.
-const H_TYPE: usize = 0;
-const H_LEVEL: usize = 1;
-const H_FLAGS: usize = 2;
-const H_RECORD_COUNT: usize = 4;
-const H_HEAP_TOP: usize = 6;
-const H_GARBAGE: usize = 8;
-const H_SLOT_COUNT: usize = 10;
-const H_FIRST_RECORD: usize = 12;
-const H_LAST_INSERT: usize = 14;
+const H_TYPE: usize = CODEC_RESERVED_BYTES;
+const H_LEVEL: usize = CODEC_RESERVED_BYTES + 1;
+const H_FLAGS: usize = CODEC_RESERVED_BYTES + 2;
+const H_RECORD_COUNT: usize = CODEC_RESERVED_BYTES + 4;
+/// Offset of the heap top field (public for corruption tests).
+pub const H_HEAP_TOP: usize = CODEC_RESERVED_BYTES + 6;
+const H_GARBAGE: usize = CODEC_RESERVED_BYTES + 8;
+const H_SLOT_COUNT: usize = CODEC_RESERVED_BYTES + 10;
+const H_FIRST_RECORD: usize = CODEC_RESERVED_BYTES + 12;
+const H_LAST_INSERT: usize = CODEC_RESERVED_BYTES + 14;
 /// Offset of the page LSN, stamped by the write-ahead log.
-pub const H_PAGE_LSN: usize = 16;
-const H_LEFT: usize = 24;
-const H_RIGHT: usize = 32;
-const H_INSERT_FLAGS: usize = 40;
+pub const H_PAGE_LSN: usize = CODEC_RESERVED_BYTES + 16;
+const H_LEFT: usize = CODEC_RESERVED_BYTES + 24;
+const H_RIGHT: usize = CODEC_RESERVED_BYTES + 32;
+const H_INSERT_FLAGS: usize = CODEC_RESERVED_BYTES + 40;
 
 /// Page flag: this page was born from a split and has not been shrunk by a
 /// delete since, so it may be below the merge threshold.
@@ -444,6 +453,8 @@ fn build_image(old: &[u8], layout: &Layout, recs: &[RecBuf]) -> Vec<u8> {
     let size = old.len();
     assert!(image_bytes(recs) <= size, "rebuilt page overflows");
     let mut img = vec![0u8; size];
+    // The codec's bytes are not ours: keep them, so the diff never touches them.
+    img[..CODEC_RESERVED_BYTES].copy_from_slice(&old[..CODEC_RESERVED_BYTES]);
     let internal = layout.page_type == PageType::Internal;
     // The first record of an internal page is stored without its key.
     let stored_len = |i: usize| {
@@ -747,7 +758,7 @@ pub fn write_overflow<G: PageWrite>(g: &mut G, payload: &[u8], next: Option<Page
         .copy_from_slice(&((PAGE_HEADER_BYTES + payload.len()) as u16).to_le_bytes());
     head[H_LEFT..H_LEFT + 8].copy_from_slice(&NO_PAGE.to_le_bytes());
     head[H_RIGHT..H_RIGHT + 8].copy_from_slice(&raw_link(next).to_le_bytes());
-    g.write(0, &head);
+    g.write(CODEC_RESERVED_BYTES, &head[CODEC_RESERVED_BYTES..]);
     g.write(PAGE_HEADER_BYTES, payload);
 }
 

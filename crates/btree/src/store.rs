@@ -31,7 +31,9 @@
 //! guard never blocks on anything but its own page's latch.
 
 use crate::error::{Error, Result};
-use barracuda_codec::PageId;
+use barracuda_codec::{
+    BlockCodec, Codec, CompressOutcome, Geometry, Lsn, PageId, PatchOutcome, append_patch,
+};
 use parking_lot::{Mutex, RawRwLock, RwLock};
 use std::ops::Deref;
 use std::sync::Arc;
@@ -177,14 +179,17 @@ pub trait PageStore: Send + Sync {
     }
 }
 
-/// Decides whether a page image still fits its compressed block.
+/// Decides, at each commit, whether a page still fits its compressed block,
+/// keeping whatever per-page block state it needs in `block`.
 ///
-/// A small internal seam so that the codec's real compressor can plug in
-/// without touching the store: until `barracuda-codec` provides its block
-/// format, [`NonZeroBudget`] stands in for it.
+/// The internal seam where the codec plugs in: [`CodecBlocks`] keeps a real
+/// `barracuda-codec` block per page (patches go to its modification log;
+/// when the log is full the page is recompressed, and only then can it fail
+/// to fit, as in InnoDB). [`NonZeroBudget`] is a deterministic stand-in.
 pub trait FitCheck: Send + Sync {
-    /// True if `page` would fit its block.
-    fn fits(&self, page: &[u8]) -> bool;
+    /// True if `page` (already patched with `patches`) fits. On `false`,
+    /// `block` must be left as it was: the store rolls the page back.
+    fn commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &mut Vec<u8>) -> bool;
 }
 
 /// Uncompressed pages: everything fits.
@@ -192,7 +197,7 @@ pub trait FitCheck: Send + Sync {
 pub struct AlwaysFits;
 
 impl FitCheck for AlwaysFits {
-    fn fits(&self, _page: &[u8]) -> bool {
+    fn commit(&self, _: PageId, _: &[u8], _: &[Patch], _: &mut Vec<u8>) -> bool {
         true
     }
 }
@@ -200,8 +205,8 @@ impl FitCheck for AlwaysFits {
 /// A stand-in compressor model: a page "compresses" to its count of non-zero
 /// bytes plus a fixed block header, and fits if that is at most
 /// `block_size_bytes`. Free space is zeroed by the tree, so this behaves like
-/// a compressor that squeezes free space and nothing else: enough to exercise
-/// compression-failure splits and padding deterministically.
+/// a compressor that squeezes free space and nothing else: deterministic,
+/// and cheap enough for property tests.
 #[derive(Clone, Copy, Debug)]
 pub struct NonZeroBudget {
     /// The compressed block size the page must fit.
@@ -209,10 +214,59 @@ pub struct NonZeroBudget {
 }
 
 impl FitCheck for NonZeroBudget {
-    fn fits(&self, page: &[u8]) -> bool {
+    fn commit(&self, _: PageId, page: &[u8], _: &[Patch], _: &mut Vec<u8>) -> bool {
         // The codec's block header and trailer, estimated.
         const BLOCK_OVERHEAD_BYTES: usize = 64;
         page.iter().filter(|b| **b != 0).count() + BLOCK_OVERHEAD_BYTES <= self.block_size_bytes
+    }
+}
+
+/// Real compressed blocks from `barracuda-codec`: the first commit of a page
+/// compresses it; later commits append their patches to the block's
+/// modification log; a full log recompresses the page, which may not fit.
+pub struct CodecBlocks {
+    codec: Mutex<BlockCodec>,
+    block_size_bytes: usize,
+}
+
+impl CodecBlocks {
+    /// Blocks of `geometry`, compressed with `codec`.
+    pub fn new(codec: Codec, geometry: Geometry) -> Result<Self> {
+        let block_codec = BlockCodec::new(codec, geometry).map_err(|e| Error::Codec {
+            reason: e.to_string(),
+        })?;
+        Ok(Self {
+            codec: Mutex::new(block_codec),
+            block_size_bytes: geometry.block_size_bytes(),
+        })
+    }
+}
+
+impl FitCheck for CodecBlocks {
+    fn commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &mut Vec<u8>) -> bool {
+        if !block.is_empty() {
+            let mut trial = block.clone();
+            let logged = patches.iter().all(|p| {
+                matches!(
+                    append_patch(&mut trial, p.offset as usize, &p.bytes),
+                    Ok(PatchOutcome::Appended)
+                )
+            });
+            if logged {
+                *block = trial;
+                return true;
+            }
+        }
+        let mut fresh = vec![0u8; self.block_size_bytes];
+        let outcome = self
+            .codec
+            .lock()
+            .compress(page, page_id, Lsn(0), &mut fresh);
+        if matches!(outcome, Ok(CompressOutcome::Fits { .. })) {
+            *block = fresh;
+            return true;
+        }
+        false
     }
 }
 
@@ -231,7 +285,11 @@ pub struct MemStoreStats {
     pub allocate_count: u64,
 }
 
-type Frame = Box<[u8]>;
+/// A page and its per-page block state (empty for uncompressed stores).
+pub struct Frame {
+    page: Box<[u8]>,
+    block: Vec<u8>,
+}
 type FrameLock = RwLock<Frame>;
 
 /// An in-memory page store with parking_lot latches.
@@ -308,7 +366,7 @@ pub struct MemShared {
 impl Deref for MemShared {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.guard
+        &self.guard.page
     }
 }
 
@@ -324,7 +382,7 @@ pub struct MemExclusive<'a, F: FitCheck> {
 impl<F: FitCheck> Deref for MemExclusive<'_, F> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.guard
+        &self.guard.page
     }
 }
 
@@ -337,9 +395,9 @@ impl<F: FitCheck> PageWrite for MemExclusive<'_, F> {
         let range = offset..offset + bytes.len();
         self.undo.push(Patch {
             offset: offset as u32,
-            bytes: self.guard[range.clone()].to_vec(),
+            bytes: self.guard.page[range.clone()].to_vec(),
         });
-        self.guard[range].copy_from_slice(bytes);
+        self.guard.page[range].copy_from_slice(bytes);
         self.pending.push(Patch {
             offset: offset as u32,
             bytes: bytes.to_vec(),
@@ -350,10 +408,15 @@ impl<F: FitCheck> PageWrite for MemExclusive<'_, F> {
         if self.pending.is_empty() {
             return Fit::Fits;
         }
-        if !self.store.fit.fits(&self.guard) {
+        let frame = &mut *self.guard;
+        let fits =
+            self.store
+                .fit
+                .commit(self.page_id, &frame.page, &self.pending, &mut frame.block);
+        if !fits {
             for patch in self.undo.drain(..).rev() {
                 let start = patch.offset as usize;
-                self.guard[start..start + patch.bytes.len()].copy_from_slice(&patch.bytes);
+                frame.page[start..start + patch.bytes.len()].copy_from_slice(&patch.bytes);
             }
             self.pending.clear();
             self.store.fit_failure_count.fetch_add(1, Ordering::Relaxed);
@@ -422,9 +485,10 @@ impl<F: FitCheck> PageStore for MemStore<F> {
             None => {
                 let mut frames = self.frames.write();
                 let page_id = PageId(frames.len() as u64);
-                frames.push(Arc::new(RwLock::new(
-                    vec![0u8; self.page_size_bytes].into_boxed_slice(),
-                )));
+                frames.push(Arc::new(RwLock::new(Frame {
+                    page: vec![0u8; self.page_size_bytes].into_boxed_slice(),
+                    block: Vec::new(),
+                })));
                 page_id
             }
         };
@@ -432,7 +496,8 @@ impl<F: FitCheck> PageStore for MemStore<F> {
         let mut guard = self.fix_exclusive(page_id)?;
         // A reused page is zeroed directly: its old bytes belong to nobody,
         // and the log records the allocation, not a patch.
-        guard.guard.fill(0);
+        guard.guard.page.fill(0);
+        guard.guard.block.clear();
         Ok(guard)
     }
 
@@ -440,7 +505,8 @@ impl<F: FitCheck> PageStore for MemStore<F> {
         let page_id = guard.page_id;
         guard.pending.clear();
         guard.undo.clear();
-        guard.guard.fill(0);
+        guard.guard.page.fill(0);
+        guard.guard.block.clear();
         drop(guard);
         op.freed.push(page_id);
         self.free_list.lock().push(page_id);

@@ -140,8 +140,11 @@ fn overflow_chain_valid() {
     let v = page::rec_value(&g, off);
     let first = PageId(u64::from_le_bytes(v[..8].try_into().unwrap()));
     drop(g);
-    // Shorten the first link's payload (heap top at byte 6).
-    mutate(&tree, first, |g| g.write(6, &100u16.to_le_bytes()));
+    // Shorten the first link's payload.
+    let short = (page::PAGE_HEADER_BYTES + 100) as u16;
+    mutate(&tree, first, |g| {
+        g.write(page::H_HEAP_TOP, &short.to_le_bytes())
+    });
     expect_violation(&tree, "overflow chain holds");
 }
 

@@ -161,3 +161,41 @@ fn insert_patches_stay_small() {
     println!("average patch bytes per random insert: {average:.1} (record {record_bytes})");
     assert!(average < (record_bytes + 40) as f64, "average {average}");
 }
+
+/// Real compressed blocks from `barracuda-codec` (zlib, 16 KiB pages in 4 KiB
+/// blocks, values of text that compresses about 2:1): patches go to each
+/// block's modification log, full logs recompress, pages that no longer fit
+/// split, and the pad grows.
+#[test]
+fn codec_blocks_split_on_compression_failure() {
+    use barracuda_btree::store::CodecBlocks;
+    use barracuda_codec::{BlockSize, Codec, Geometry, sample};
+    let geometry = Geometry::new(16 << 10, BlockSize::Kib4).unwrap();
+    let fit = CodecBlocks::new(Codec::zlib_default(), geometry).unwrap();
+    let store = Arc::new(MemStore::with_fit(16 << 10, fit).unwrap());
+    let config = TreeConfig {
+        compressed: true,
+        ..TreeConfig::default()
+    };
+    let tree = Tree::create(Arc::clone(&store), config).unwrap();
+    let mut text = sample::TextGenerator::compressible(11, 0.5);
+    let mut model = BTreeMap::new();
+    let mut rng = SmallRng::seed_from_u64(5);
+    for i in 0..3000u32 {
+        let k = rng.random_range(0..100_000u32).to_be_bytes().to_vec();
+        let v = text.generate(60 + (i as usize % 120)).to_vec();
+        tree.insert(&k, &v).unwrap();
+        model.insert(k, v);
+    }
+    tree.check_invariants().unwrap();
+    for (k, v) in &model {
+        assert_eq!(tree.get(k).unwrap().as_ref(), Some(v));
+    }
+    let counts = tree.split_counts();
+    assert!(counts.compression_failure > 0, "{counts:?}");
+    assert!(store.stats().fit_failure_count > 0);
+    println!(
+        "codec blocks: {counts:?}, pad {} bytes",
+        tree.zip_pad_bytes()
+    );
+}
