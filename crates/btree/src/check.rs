@@ -49,7 +49,7 @@ fn violation(page_id: PageId, reason: impl Into<String>) -> Error {
 }
 
 /// Checks one page's own structure: record list, heap accounting, directory.
-fn check_structure(p: &[u8], id: PageId) -> Result<()> {
+pub(crate) fn check_structure(p: &[u8], id: PageId) -> Result<()> {
     let n = page::record_count(p);
     let top = page::heap_top(p);
     if top < PAGE_HEADER_BYTES || top > page::directory_start(p) {

@@ -445,13 +445,25 @@ pub struct Layout {
 /// records in their old heap order so unchanged records mostly stay in place,
 /// and writes only the differing bytes. Keeps the page LSN.
 pub fn rebuild<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf]) {
-    let image = build_image(&g[..], layout, recs);
+    let image = build_image(&g[..], layout, recs, GROUP_RECORDS_BUILD);
     g.write_diff(&image);
 }
 
-fn build_image(old: &[u8], layout: &Layout, recs: &[RecBuf]) -> Vec<u8> {
+/// Like [`rebuild`], but with groups of [`GROUP_RECORDS_MAX`], so the
+/// directory is never larger than any valid directory of the same records:
+/// records that fitted the page still fit after the compaction. Used where a
+/// page is compacted in place (to make room, to restore, to absorb a child).
+pub fn compact<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf]) {
+    let image = build_image(&g[..], layout, recs, GROUP_RECORDS_MAX);
+    g.write_diff(&image);
+}
+
+fn build_image(old: &[u8], layout: &Layout, recs: &[RecBuf], group_records: usize) -> Vec<u8> {
     let size = old.len();
-    assert!(image_bytes(recs) <= size, "rebuilt page overflows");
+    let slots = recs.len().div_ceil(group_records);
+    let bytes =
+        PAGE_HEADER_BYTES + recs.iter().map(RecBuf::len).sum::<usize>() + SLOT_BYTES * slots;
+    assert!(bytes <= size, "rebuilt page overflows");
     let mut img = vec![0u8; size];
     // The codec's bytes are not ours: keep them, so the diff never touches them.
     img[..CODEC_RESERVED_BYTES].copy_from_slice(&old[..CODEC_RESERVED_BYTES]);
@@ -483,8 +495,8 @@ fn build_image(old: &[u8], layout: &Layout, recs: &[RecBuf]) -> Vec<u8> {
         );
     }
     let groups: Vec<(usize, usize)> = (0..recs.len())
-        .step_by(GROUP_RECORDS_BUILD)
-        .map(|i| (offsets[i], GROUP_RECORDS_BUILD.min(recs.len() - i)))
+        .step_by(group_records)
+        .map(|i| (offsets[i], group_records.min(recs.len() - i)))
         .collect();
     for (s, (off, count)) in groups.iter().enumerate() {
         let at = size - SLOT_BYTES * (s + 1);
@@ -576,7 +588,7 @@ fn make_room<G: PageWrite>(g: &mut G, len: usize) -> bool {
             ..r
         })
         .collect();
-    rebuild(g, &layout, &recs);
+    compact(g, &layout, &recs);
     true
 }
 

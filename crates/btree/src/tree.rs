@@ -333,6 +333,16 @@ impl<S: PageStore> Tree<S> {
     }
 
     fn commit<G: PageWrite>(&self, g: &mut G, op: &mut OpContext) -> bool {
+        // Debug builds check each page's own structure at every commit, so a
+        // bad change is caught where it is made, not by a later reader.
+        #[cfg(debug_assertions)]
+        if matches!(
+            page::page_type(g),
+            Some(PageType::Leaf | PageType::Internal)
+        ) && let Err(e) = crate::check::check_structure(g, g.page_id())
+        {
+            panic!("commit of a malformed page: {e}");
+        }
         let fits = g.commit(op) == Fit::Fits;
         if self.config.compressed {
             self.zip_pad.note(fits, self.page_size());
@@ -979,7 +989,7 @@ impl<S: PageStore> Tree<S> {
                 .filter(|r| r.key != key)
                 .collect();
             let layout = page::layout_of(leaf);
-            page::rebuild(leaf, &layout, &strip_offsets(&recs));
+            page::compact(leaf, &layout, &strip_offsets(&recs));
             self.commit_or_err(leaf, op)?;
         }
         self.rebalance_up(path, last, op)?;
@@ -1152,7 +1162,7 @@ impl<S: PageStore> Tree<S> {
             // A page does not compress into its block: put the left page
             // back as it was and keep both, marked sparse.
             if left_fits {
-                page::rebuild(left, &left_layout, &left_before);
+                page::compact(left, &left_layout, &left_before);
                 self.commit_or_err(left, op)?;
             }
             self.mark_growing(left, op)?;
@@ -1166,9 +1176,9 @@ impl<S: PageStore> Tree<S> {
             // redistribution (both pages fitted before) and keep them sparse.
             let right_before: Vec<RecBuf> = strip_offsets(&recs[left_before.len()..]);
             let right_before = internal_first_key_elided(right_before, page::is_leaf(right));
-            page::rebuild(right, &right_layout, &right_before);
+            page::compact(right, &right_layout, &right_before);
             self.commit_or_err(right, op)?;
-            page::rebuild(left, &left_layout, &left_before);
+            page::compact(left, &left_layout, &left_before);
             self.commit_or_err(left, op)?;
             self.mark_growing(left, op)?;
             return self.mark_growing(right, op);
@@ -1190,7 +1200,7 @@ impl<S: PageStore> Tree<S> {
         let mut layout = page::layout_of(g);
         layout.flags = f;
         let recs = strip_offsets(&page::read_all(g));
-        page::rebuild(g, &layout, &recs);
+        page::compact(g, &layout, &recs);
         self.commit_or_err(g, op)
     }
 
@@ -1205,7 +1215,7 @@ impl<S: PageStore> Tree<S> {
             layout.flags = 0;
             layout.left = None;
             layout.right = None;
-            page::rebuild(root, &layout, &recs);
+            page::compact(root, &layout, &recs);
             self.commit_or_err(root, op)?;
             self.store.free(child, op)?;
         }
