@@ -60,10 +60,22 @@ impl KeySpec {
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Insert { key: KeySpec, value_len: u16, fill: u8 },
-    Delete { key: KeySpec },
-    Get { key: KeySpec },
-    Scan { from: KeySpec, forward: bool, count: u8 },
+    Insert {
+        key: KeySpec,
+        value_len: u16,
+        fill: u8,
+    },
+    Delete {
+        key: KeySpec,
+    },
+    Get {
+        key: KeySpec,
+    },
+    Scan {
+        from: KeySpec,
+        forward: bool,
+        count: u8,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -73,7 +85,13 @@ struct Input {
     ops: Vec<Op>,
 }
 
-fn scan_matches(tree: &Tree<MemStore>, model: &BTreeMap<Vec<u8>, Vec<u8>>, from: &[u8], forward: bool, count: u8) {
+fn scan_matches(
+    tree: &Tree<MemStore>,
+    model: &BTreeMap<Vec<u8>, Vec<u8>>,
+    from: &[u8],
+    forward: bool,
+    count: u8,
+) {
     let mut c = tree.cursor();
     let mut got = Vec::new();
     let mut ok = if forward {
@@ -83,12 +101,25 @@ fn scan_matches(tree: &Tree<MemStore>, model: &BTreeMap<Vec<u8>, Vec<u8>>, from:
     };
     while ok && got.len() < usize::from(count) {
         got.push(c.entry().expect("entry").clone());
-        ok = if forward { c.next().expect("next") } else { c.prev().expect("prev") };
+        ok = if forward {
+            c.next().expect("next")
+        } else {
+            c.prev().expect("prev")
+        };
     }
     let want: Vec<(Vec<u8>, Vec<u8>)> = if forward {
-        model.range(from.to_vec()..).take(usize::from(count)).map(|(k, v)| (k.clone(), v.clone())).collect()
+        model
+            .range(from.to_vec()..)
+            .take(usize::from(count))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     } else {
-        model.range(..=from.to_vec()).rev().take(usize::from(count)).map(|(k, v)| (k.clone(), v.clone())).collect()
+        model
+            .range(..=from.to_vec())
+            .rev()
+            .take(usize::from(count))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     };
     assert!(got == want, "scan from {from:?} forward={forward} differs");
 }
@@ -102,11 +133,22 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
         Policy::InnoDbLastInsert => SplitPolicy::InnoDbLastInsert,
     };
     let store = Arc::new(MemStore::new(page).expect("page size"));
-    let tree = Tree::create(store, TreeConfig { policy, ..TreeConfig::default() }).expect("create");
+    let tree = Tree::create(
+        store,
+        TreeConfig {
+            policy,
+            ..TreeConfig::default()
+        },
+    )
+    .expect("create");
     let mut model = BTreeMap::new();
     for op in input.ops.iter().take(OPS_MAX) {
         match op {
-            Op::Insert { key, value_len, fill } => {
+            Op::Insert {
+                key,
+                value_len,
+                fill,
+            } => {
                 let k = key.bytes();
                 let v = vec![*fill; usize::from(*value_len) % (3 * page)];
                 let existed = tree.insert(&k, &v).expect("insert");
@@ -120,7 +162,11 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
                 let k = key.bytes();
                 assert_eq!(tree.get(&k).expect("get"), model.get(&k).cloned());
             }
-            Op::Scan { from, forward, count } => scan_matches(&tree, &model, &from.bytes(), *forward, *count),
+            Op::Scan {
+                from,
+                forward,
+                count,
+            } => scan_matches(&tree, &model, &from.bytes(), *forward, *count),
         }
         if let Err(e) = tree.check_invariants() {
             panic!("invariant: {e}");

@@ -7,8 +7,12 @@
 //! A [`Tree`] is a B+tree over a [`store::PageStore`]: the store hands out
 //! latched pages and records every byte the tree changes as a patch (see the
 //! [`store`] module for the full contract). [`store::MemStore`] implements it
-//! in memory; the buffer pool will implement it next, and the patches will
-//! feed the write-ahead log and each compressed block's modification log.
+//! in memory, uncompressed ([`store::AlwaysFits`]) or with a real
+//! `barracuda-codec` block per page ([`store::CodecBlocks`]); the buffer pool
+//! will implement it next, and the patches will feed the write-ahead log and
+//! each compressed block's modification log. The first
+//! `barracuda_codec::PAGE_HEADER_RESERVED_BYTES` of every page belong to the
+//! codec; the tree's header follows ([`PAGE_HEADER_BYTES`] in all).
 //! A tree is identified by its root page id, which never changes: a root
 //! split moves the root's contents into two new children.
 //!
