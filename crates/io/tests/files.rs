@@ -1,0 +1,150 @@
+//! Opening files: O_DIRECT refusal on tmpfs, alignment discovery, the data
+//! directory lock, option ranges.
+
+// Helpers outside #[test] functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use barracuda_io::{Backend, DirLock, FlushMethod, IoError, IoOptions};
+
+fn scratch_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+#[test]
+fn odirect_on_tmpfs_names_the_path_and_suggests_fsync() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("skipped: no /dev/shm on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    let path = dir.path().join("data");
+    for backend in [Backend::Uring, Backend::Pread] {
+        for method in [FlushMethod::ODirect, FlushMethod::ODirectNoFsync] {
+            let options = IoOptions::default().backend(backend).flush_method(method);
+            let error = barracuda_io::open(&path, &options).unwrap_err();
+            assert!(
+                matches!(error, IoError::DirectIoUnsupported { .. }),
+                "{error:?}"
+            );
+            let message = error.to_string();
+            assert!(message.contains(&path.display().to_string()), "{message}");
+            assert!(message.contains("FlushMethod::Fsync"), "{message}");
+        }
+    }
+    // The suggested alternative works there.
+    let options = IoOptions::default().flush_method(FlushMethod::Fsync);
+    let file = barracuda_io::open(&path, &options).unwrap();
+    let buf = file.alloc_buf(4096);
+    file.write_at(0, &buf).unwrap();
+    file.sync_data().unwrap();
+}
+
+#[test]
+fn alignment_is_at_least_a_sector() {
+    let dir = scratch_dir();
+    let file = barracuda_io::open(&dir.path().join("data"), &IoOptions::default()).unwrap();
+    let alignment = file.alignment();
+    assert!(alignment.offset_bytes >= 512 && alignment.offset_bytes.is_power_of_two());
+    assert!(alignment.mem_bytes >= 512 && alignment.mem_bytes.is_power_of_two());
+    let buf = file.alloc_buf(4096);
+    assert_eq!(buf.addr() % alignment.mem_bytes, 0);
+}
+
+#[test]
+fn dir_lock_is_exclusive_and_released_on_drop() {
+    let dir = scratch_dir();
+    let first = DirLock::acquire(dir.path()).unwrap();
+    assert_eq!(first.dir(), dir.path());
+    // A second open file description conflicts, as another process would.
+    let error = DirLock::acquire(dir.path()).unwrap_err();
+    assert!(matches!(error, IoError::DirLocked { .. }), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains(&dir.path().display().to_string())
+    );
+    drop(first);
+    let _again = DirLock::acquire(dir.path()).unwrap();
+}
+
+#[test]
+fn dir_lock_conflicts_with_another_process() {
+    let dir = scratch_dir();
+    let _held = DirLock::acquire(dir.path()).unwrap();
+    let lock_path = dir.path().join(barracuda_io::LOCK_FILE_NAME);
+    // util-linux flock(1): -n fails at once (exit 1) if the lock is held.
+    let status = std::process::Command::new("flock")
+        .arg("-n")
+        .arg(&lock_path)
+        .arg("true")
+        .status();
+    match status {
+        Ok(status) => assert_eq!(status.code(), Some(1), "the child must see the lock held"),
+        Err(e) => eprintln!("skipped the child-process half: no flock(1): {e}"),
+    }
+}
+
+#[test]
+fn missing_dir_is_a_lock_error_naming_it() {
+    let error = DirLock::acquire(Path::new("/nonexistent/barracuda")).unwrap_err();
+    assert!(matches!(error, IoError::Lock { .. }));
+    assert!(error.to_string().contains("/nonexistent/barracuda"));
+}
+
+#[test]
+fn option_ranges_are_checked() {
+    let dir = scratch_dir();
+    let path = dir.path().join("data");
+    for options in [
+        IoOptions::default().read_io_threads(0),
+        IoOptions::default().read_io_threads(65),
+        IoOptions::default().write_io_threads(0),
+        IoOptions::default().queue_depth(0),
+        IoOptions::default().buffer_size_bytes(1000),
+    ] {
+        let error = barracuda_io::open(&path, &options).unwrap_err();
+        assert!(matches!(error, IoError::InvalidOptions { .. }), "{error:?}");
+    }
+    barracuda_io::open(
+        &path,
+        &IoOptions::default().read_io_threads(64).write_io_threads(1),
+    )
+    .unwrap();
+}
+
+#[test]
+fn no_create_on_missing_file_is_an_open_error() {
+    let dir = scratch_dir();
+    let path = dir.path().join("absent");
+    let error = barracuda_io::open(&path, &IoOptions::default().create(false)).unwrap_err();
+    assert!(matches!(error, IoError::Os { .. }), "{error:?}");
+    assert!(error.to_string().contains("absent"));
+}
+
+#[test]
+fn data_survives_reopen_with_every_flush_method() {
+    let dir = scratch_dir();
+    let path = dir.path().join("data");
+    for method in [
+        FlushMethod::Fsync,
+        FlushMethod::ODsync,
+        FlushMethod::ODirect,
+        FlushMethod::ODirectNoFsync,
+    ] {
+        let options = IoOptions::default().flush_method(method);
+        {
+            let file = barracuda_io::open(&path, &options).unwrap();
+            let mut buf = file.alloc_buf(8192);
+            buf.fill(method as u8 + 1);
+            file.write_at(8192, &buf).unwrap();
+            file.sync_data().unwrap();
+        }
+        let file = barracuda_io::open(&path, &options).unwrap();
+        let mut back = file.alloc_buf(8192);
+        file.read_at(8192, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == method as u8 + 1), "{method:?}");
+    }
+}
