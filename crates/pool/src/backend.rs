@@ -46,6 +46,11 @@ pub trait PageCodec: Send + Sync {
     fn verify(&self, page_id: PageId, block: &[u8]) -> Result<()>;
     /// Stamps the LSN and checksum into a block about to be written.
     fn seal(&self, page_id: PageId, block: &mut [u8], lsn: Lsn) -> Result<()>;
+    /// Bytes at the start of every page that belong to the codec (a copy of
+    /// the block header): patches may not touch them.
+    fn page_header_reserved_bytes(&self) -> usize {
+        0
+    }
     /// The codec's compression counters, for the pool's status.
     fn counters(&self) -> CodecCounters {
         CodecCounters::default()

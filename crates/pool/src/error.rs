@@ -42,6 +42,26 @@ pub enum PoolError {
         /// What the codec found.
         reason: String,
     },
+    /// The codec rejected a block or page.
+    #[error("codec error on {page_id}: {source}")]
+    Codec {
+        /// The page being compressed, decompressed or checked.
+        page_id: PageId,
+        /// What the codec reported.
+        #[source]
+        source: barracuda_codec::CodecError,
+    },
+    /// The file layer failed.
+    #[error("file error during {operation} at offset {offset_bytes}: {source}")]
+    File {
+        /// `read` or `write` or `sync`.
+        operation: &'static str,
+        /// Where in the file.
+        offset_bytes: u64,
+        /// What the file layer reported.
+        #[source]
+        source: barracuda_io::IoError,
+    },
     /// A page that an earlier caller was reading failed to load; the waiter
     /// gets this error and may retry.
     #[error("reading {page_id} failed in another thread")]
@@ -55,7 +75,7 @@ pub enum PoolError {
         /// The page being created.
         page_id: PageId,
     },
-    /// A patch falls outside the page.
+    /// A patch falls outside the page, or on its reserved header.
     #[error(
         "patch at offset {offset} of {len} bytes is outside {page_id} ({page_size_bytes} bytes)"
     )]

@@ -133,9 +133,11 @@ impl<'a> ExclusiveGuard<'a> {
     /// Writes `bytes` at `offset` of the page, remembering the old bytes.
     pub fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
         let page_size_bytes = self.pool.page_size_bytes;
-        if offset
-            .checked_add(bytes.len())
-            .is_none_or(|end| end > page_size_bytes)
+        let reserved_bytes = self.pool.services.codec.page_header_reserved_bytes();
+        if offset < reserved_bytes
+            || offset
+                .checked_add(bytes.len())
+                .is_none_or(|end| end > page_size_bytes)
         {
             return Err(PoolError::PatchOutOfBounds {
                 page_id: self.page_id,

@@ -48,6 +48,7 @@
 //! # Ok::<(), barracuda_pool::PoolError>(())
 //! ```
 
+mod adapters;
 mod arena;
 mod backend;
 mod config;
@@ -63,6 +64,7 @@ mod status;
 mod table;
 pub mod testing;
 
+pub use adapters::{CodecService, FileService};
 pub use backend::{AppendOutcome, CompressOutcome, DurableLsn, PageCodec, PageFile};
 pub use config::{
     ARENA_ALIGNMENT_BYTES, BLOCK_SIZE_BYTES_MIN, EvictionPolicy, OLD_BLOCKS_PCT_DEFAULT,

@@ -872,18 +872,24 @@ impl BufferPool {
         // SAFETY: just claimed for this page, pinned and latched by us.
         let frame = unsafe { self.frame_mut(memory.frame_chunk) };
         frame.fill(0);
-        if self.compressed {
+        let outcome = if self.compressed {
             // SAFETY: as above.
             let block = unsafe { self.block_mut(memory.block_slot) };
             block.fill(0);
-            if self.services.codec.compress(page_id, frame, block)?
-                == crate::backend::CompressOutcome::DoesNotFit
-            {
-                return Err(PoolError::Corrupted {
-                    page_id,
-                    reason: "a zero page does not fit its block".into(),
-                });
-            }
+            self.services.codec.compress(page_id, frame, block)?
+        } else {
+            // The on-disk image of an uncompressed page is the page with the
+            // codec's header: store it once to write that header.
+            let mut image = vec![0; self.page_size_bytes];
+            let outcome = self.services.codec.compress(page_id, frame, &mut image)?;
+            frame.copy_from_slice(&image);
+            outcome
+        };
+        if outcome == crate::backend::CompressOutcome::DoesNotFit {
+            return Err(PoolError::Corrupted {
+                page_id,
+                reason: "a zero page does not fit its block".into(),
+            });
         }
         Ok(())
     }

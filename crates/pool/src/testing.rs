@@ -167,6 +167,10 @@ impl PageCodec for SimpleCodec {
         Ok(())
     }
 
+    fn page_header_reserved_bytes(&self) -> usize {
+        HEADER_BYTES
+    }
+
     fn counters(&self) -> CodecCounters {
         CodecCounters {
             compress_ops: self.compress_ops.load(Ordering::Relaxed),

@@ -10,23 +10,43 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use barracuda_codec::{BlockSize, Codec, Geometry};
 use barracuda_codec::{Lsn, PageId};
-use barracuda_pool::testing::{HEADER_BYTES, MemoryFile, SimpleCodec};
+use barracuda_pool::testing::{MemoryFile, SimpleCodec};
 use barracuda_pool::{
     BufferPool, CommitOutcome, EvictionPolicy, ManualClock, PageFormat, PoolConfig, PoolError,
     Services,
 };
+use barracuda_pool::{CodecService, FileService, PageCodec, PageFile};
 use proptest::prelude::*;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 
 const PAGE_SIZE_BYTES: usize = 4096;
 const PAGE_COUNT_MAX: u64 = 40;
+/// The real codec reserves 40 header bytes (`PAGE_HEADER_RESERVED_BYTES`),
+/// the simple one 24: the model leaves the larger alone.
+const HEADER_BYTES: usize = barracuda_codec::PAGE_HEADER_RESERVED_BYTES;
+const _: () = assert!(HEADER_BYTES >= barracuda_pool::testing::HEADER_BYTES);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Variant {
     CompressedCostAware,
     CompressedInnoDb,
     Uncompressed,
+    /// The real zlib codec and the io crate's memory file.
+    ZlibCostAware,
+    /// The real codec's stored format, uncompressed pool.
+    RealUncompressed,
+}
+
+impl Variant {
+    fn real(self) -> bool {
+        matches!(self, Variant::ZlibCostAware | Variant::RealUncompressed)
+    }
+
+    fn compressed(self) -> bool {
+        !matches!(self, Variant::Uncompressed | Variant::RealUncompressed)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -66,7 +86,9 @@ impl ReferenceStateMachine for Reference {
             prop_oneof![
                 Just(Variant::CompressedCostAware),
                 Just(Variant::CompressedInnoDb),
-                Just(Variant::Uncompressed)
+                Just(Variant::Uncompressed),
+                Just(Variant::ZlibCostAware),
+                Just(Variant::RealUncompressed),
             ],
             3usize..8,
         )
@@ -132,11 +154,12 @@ struct Sut {
 
 impl Sut {
     fn open(reference: &Reference) -> Self {
-        let format = match reference.variant {
-            Variant::Uncompressed => PageFormat::Uncompressed,
-            _ => PageFormat::Compressed {
+        let format = if reference.variant.compressed() {
+            PageFormat::Compressed {
                 block_size_bytes: 1024,
-            },
+            }
+        } else {
+            PageFormat::Uncompressed
         };
         let policy = match reference.variant {
             Variant::CompressedInnoDb => EvictionPolicy::InnoDb,
@@ -149,11 +172,31 @@ impl Sut {
             .buffer_pool_bytes(reference.chunk_count * PAGE_SIZE_BYTES);
         let file = Arc::new(MemoryFile::default());
         let clock = ManualClock::new();
+        let (codec, page_file): (Arc<dyn PageCodec>, Arc<dyn PageFile>) =
+            if reference.variant.real() {
+                let geometry = if reference.variant.compressed() {
+                    Geometry::new(PAGE_SIZE_BYTES, BlockSize::Kib1).unwrap()
+                } else {
+                    Geometry::uncompressed(PAGE_SIZE_BYTES).unwrap()
+                };
+                let codec = if reference.variant.compressed() {
+                    Codec::zlib_default()
+                } else {
+                    Codec::None
+                };
+                let io_file = Arc::new(barracuda_io::MemoryFile::new("model"));
+                (
+                    Arc::new(CodecService::new(codec, geometry).unwrap()),
+                    Arc::new(FileService::new(io_file)),
+                )
+            } else {
+                (Arc::new(SimpleCodec::default()), file.clone())
+            };
         let durable = Arc::new(AtomicU64::new(u64::MAX));
         let durable_in = Arc::clone(&durable);
         let services = Services {
-            codec: Arc::new(SimpleCodec::default()),
-            file: file.clone(),
+            codec,
+            file: page_file,
             durable_lsn: Arc::new(move || Lsn(durable_in.load(Ordering::Relaxed))),
             clock: Some(clock.clone()),
         };
@@ -246,7 +289,21 @@ impl Sut {
         // The header belongs to the codec (see `HEADER_BYTES`).
         let offset = usize::from(offset).clamp(HEADER_BYTES, PAGE_SIZE_BYTES - 1);
         let len = usize::from(len).min(PAGE_SIZE_BYTES - offset);
-        let bytes = vec![byte; len];
+        // Every fourth value writes noise, which compresses badly, so that
+        // pages stop fitting their blocks; the rest write runs.
+        let bytes: Vec<u8> = if byte.is_multiple_of(4) {
+            let mut state = u32::from(byte) | 1;
+            (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 17;
+                    state ^= state << 5;
+                    state as u8
+                })
+                .collect()
+        } else {
+            vec![byte; len]
+        };
         let lsn = self.lsn();
         let mut guard = match self.pool.fix_exclusive(PageId(page)) {
             Ok(guard) => guard,
@@ -357,27 +414,33 @@ prop_state_machine! {
 }
 
 /// Every page written, evicted and read back returns its last committed
-/// bytes, on a pool far smaller than the data.
+/// bytes, on a pool far smaller than the data, with each codec.
 #[test]
 fn evict_and_reload_returns_last_written_contents() {
-    let reference = Reference {
-        variant: Variant::CompressedCostAware,
-        chunk_count: 4,
-        created: Vec::new(),
-    };
-    let mut sut = Sut::open(&reference);
-    for page in 0..30 {
-        sut.create(page);
-        sut.write(page, 8, 16, page as u8 + 1, true);
+    for variant in [
+        Variant::CompressedCostAware,
+        Variant::ZlibCostAware,
+        Variant::RealUncompressed,
+    ] {
+        let reference = Reference {
+            variant,
+            chunk_count: 4,
+            created: Vec::new(),
+        };
+        let mut sut = Sut::open(&reference);
+        for page in 0..30 {
+            sut.create(page);
+            sut.write(page, 48, 16, page as u8 + 1, true);
+        }
+        for page in 0..30 {
+            sut.read(page);
+            sut.pool.check_invariants();
+        }
+        let status = sut.pool.status();
+        assert!(
+            status.pages_evicted > 0 && status.pages_written > 0 && status.pages_read > 0,
+            "{variant:?}: {}",
+            status.render()
+        );
     }
-    for page in 0..30 {
-        sut.read(page);
-        sut.pool.check_invariants();
-    }
-    let status = sut.pool.status();
-    assert!(
-        status.pages_evicted > 0 && status.pages_written > 0,
-        "{}",
-        status.render()
-    );
 }
