@@ -24,6 +24,12 @@ const _: () = assert!(PAGE_SIZE_BYTES_MIN.is_power_of_two());
 const _: () = assert!(PAGE_SIZE_BYTES_MAX.is_power_of_two());
 const _: () = assert!(PAGE_SIZE_BYTES_MIN.is_multiple_of(ARENA_ALIGNMENT_BYTES));
 
+/// How long a fix waits, by default, for other threads to release pinned
+/// pages (or for the log to become durable) before it reports the pool
+/// exhausted: a second is far beyond any latch hold time of a healthy tree,
+/// so waiting longer would only hide a pool too small for its thread count.
+pub const EXHAUSTED_WAIT_MS_DEFAULT: u32 = 1000;
+
 /// Which rule picks between dropping an uncompressed frame and evicting a
 /// whole page when the pool needs memory.
 #[non_exhaustive]
@@ -68,6 +74,8 @@ pub struct PoolConfig {
     pub old_blocks_pct: u8,
     /// Minimum age of an old page before it is made young. Default = 1000 ms.
     pub old_blocks_time_ms: u64,
+    /// How long a fix waits for memory before failing. Default = 1000 ms.
+    pub exhausted_wait_ms: u32,
 }
 
 impl Default for PoolConfig {
@@ -81,6 +89,7 @@ impl Default for PoolConfig {
             eviction_policy: EvictionPolicy::CostAware,
             old_blocks_pct: OLD_BLOCKS_PCT_DEFAULT,
             old_blocks_time_ms: OLD_BLOCKS_TIME_MS_DEFAULT,
+            exhausted_wait_ms: EXHAUSTED_WAIT_MS_DEFAULT,
         }
     }
 }
@@ -126,6 +135,14 @@ impl PoolConfig {
     #[must_use]
     pub fn old_blocks_time_ms(mut self, old_blocks_time_ms: u64) -> Self {
         self.old_blocks_time_ms = old_blocks_time_ms;
+        self
+    }
+
+    /// Sets how long a fix waits for memory before failing with
+    /// `Exhausted`. Default = 1000 ms.
+    #[must_use]
+    pub fn exhausted_wait_ms(mut self, exhausted_wait_ms: u32) -> Self {
+        self.exhausted_wait_ms = exhausted_wait_ms;
         self
     }
 

@@ -159,6 +159,9 @@ impl Desc {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Dirty {
     pub(crate) dirty: bool,
+    /// A write of the page is in flight (InnoDB's `io_fix` for writes): two
+    /// flushers holding shared latches must not both write and clean it.
+    pub(crate) writing: bool,
     /// LSN of the first change since the page was last written.
     pub(crate) oldest: Lsn,
     /// LSN of the last change.

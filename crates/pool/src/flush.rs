@@ -59,19 +59,20 @@ impl BufferPool {
         let desc = &self.descs[d as usize];
         let page_id = desc.page_id();
         let newest = {
-            let inner = self.inner.lock();
-            let dirty = inner.dirty[d as usize];
-            if !dirty.dirty {
+            let mut inner = self.inner.lock();
+            let dirty = &mut inner.dirty[d as usize];
+            if !dirty.dirty || dirty.writing {
                 return Ok(false);
             }
+            if dirty.newest > self.services.durable_lsn.durable_lsn() {
+                self.counters
+                    .write_ahead_waits
+                    .fetch_add(1, Ordering::Relaxed);
+                return Ok(false);
+            }
+            dirty.writing = true;
             dirty.newest
         };
-        if newest > self.services.durable_lsn.durable_lsn() {
-            self.counters
-                .write_ahead_waits
-                .fetch_add(1, Ordering::Relaxed);
-            return Ok(false);
-        }
         // SAFETY: the page is pinned and latched (shared), so its block and
         // frame are not written while we copy them.
         let image = unsafe {
@@ -81,7 +82,7 @@ impl BufferPool {
                 self.frame(desc.frame_chunk())
             }
         };
-        WRITE_BUFFER.with(|buffer| {
+        let written = WRITE_BUFFER.with(|buffer| {
             let mut buffer = buffer.borrow_mut();
             buffer.clear();
             buffer.extend_from_slice(image);
@@ -89,8 +90,12 @@ impl BufferPool {
             self.services
                 .file
                 .write_at(page_id.0 * self.unit_size_bytes as u64, &buffer)
-        })?;
+        });
         let mut inner = self.inner.lock();
+        inner.dirty[d as usize].writing = false;
+        written?;
+        // Shared latches held by every writer of this page kept it unchanged
+        // since we read `newest`.
         inner.dirty[d as usize].dirty = false;
         inner.flush.remove(d);
         inner.stats.advance(self.now_ms());

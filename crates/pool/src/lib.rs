@@ -67,8 +67,9 @@ pub mod testing;
 pub use adapters::{CodecService, FileService};
 pub use backend::{AppendOutcome, CompressOutcome, DurableLsn, PageCodec, PageFile};
 pub use config::{
-    ARENA_ALIGNMENT_BYTES, BLOCK_SIZE_BYTES_MIN, EvictionPolicy, OLD_BLOCKS_PCT_DEFAULT,
-    OLD_BLOCKS_TIME_MS_DEFAULT, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN, PageFormat, PoolConfig,
+    ARENA_ALIGNMENT_BYTES, BLOCK_SIZE_BYTES_MIN, EXHAUSTED_WAIT_MS_DEFAULT, EvictionPolicy,
+    OLD_BLOCKS_PCT_DEFAULT, OLD_BLOCKS_TIME_MS_DEFAULT, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN,
+    PageFormat, PoolConfig,
 };
 pub use error::{PoolError, Result};
 pub use flush::FlusherHandle;

@@ -412,7 +412,8 @@ impl BufferPool {
         page_id: PageId,
         mut alloc: impl FnMut(&mut Inner) -> Result<T, AllocError>,
     ) -> Result<(MutexGuard<'_, Inner>, T)> {
-        for _ in 0..ALLOC_RETRIES_MAX {
+        let mut waited_ms = 0;
+        for _ in 0..ALLOC_RETRIES_MAX + self.config.exhausted_wait_ms {
             let mut inner = self.inner.lock();
             inner.stats.advance(self.now_ms());
             match alloc(&mut inner) {
@@ -424,7 +425,16 @@ impl BufferPool {
                     flushed?;
                 }
                 Err(AllocError::Exhausted(reason)) => {
-                    return Err(PoolError::Exhausted { page_id, reason });
+                    // Pages are pinned by other threads: wait for them to be
+                    // released, as InnoDB's `buf_LRU_get_free_block` does,
+                    // but not forever.
+                    drop(inner);
+                    if waited_ms >= self.config.exhausted_wait_ms {
+                        return Err(PoolError::Exhausted { page_id, reason });
+                    }
+                    self.counters.memory_waits.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    waited_ms += 1;
                 }
             }
         }
@@ -902,5 +912,20 @@ impl BufferPool {
     /// Bytes of the budget actually allocated (chunks times page size).
     pub fn budget_bytes(&self) -> usize {
         self.arena.chunk_count() as usize * self.arena.chunk_size_bytes()
+    }
+}
+
+impl BufferPool {
+    /// Evicts a page if it is cached, clean and unpinned (for tests and
+    /// tools: forces the next fix to read). Returns whether it did.
+    pub fn evict(&self, page_id: PageId) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(d) = self.table.with_entry(page_id, |d| d) else {
+            return false;
+        };
+        if inner.dirty[d as usize].dirty || !inner.lru.list().contains(d) {
+            return false;
+        }
+        self.try_evict_page(&mut inner, d)
     }
 }

@@ -27,6 +27,7 @@ pub(crate) struct Counters {
     pub(crate) recompressions: AtomicU64,
     pub(crate) compression_failures: AtomicU64,
     pub(crate) write_ahead_waits: AtomicU64,
+    pub(crate) memory_waits: AtomicU64,
     /// `page_gets` and `pages_read` at the previous status, for the hit rate
     /// over the last interval.
     pub(crate) last_gets: AtomicU64,
@@ -98,6 +99,8 @@ pub struct PoolStatus {
     pub compression_failures: u64,
     /// Writes put off because the log was not durable yet.
     pub write_ahead_waits: u64,
+    /// Times a fix waited 1 ms for pinned pages to be released.
+    pub memory_waits: u64,
     /// Dirty pages (on the flush list).
     pub dirty_pages: u64,
     /// Bytes of frames and blocks in use.
@@ -159,6 +162,7 @@ impl BufferPool {
             recompressions: c.recompressions.load(Ordering::Relaxed),
             compression_failures: c.compression_failures.load(Ordering::Relaxed),
             write_ahead_waits: c.write_ahead_waits.load(Ordering::Relaxed),
+            memory_waits: c.memory_waits.load(Ordering::Relaxed),
             dirty_pages: u64::from(inner.flush.len()),
             bytes_used: u64::from(frames) * self.page_size_bytes as u64
                 + u64::from(blocks) * self.unit_size_bytes as u64,

@@ -169,6 +169,8 @@ impl Sut {
             .page_size_bytes(PAGE_SIZE_BYTES)
             .format(format)
             .eviction_policy(policy)
+            // A frozen log makes exhaustion an expected outcome here: fail at once.
+            .exhausted_wait_ms(0)
             .buffer_pool_bytes(reference.chunk_count * PAGE_SIZE_BYTES);
         let file = Arc::new(MemoryFile::default());
         let clock = ManualClock::new();
