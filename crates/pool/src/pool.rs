@@ -929,3 +929,20 @@ impl BufferPool {
         self.try_evict_page(&mut inner, d)
     }
 }
+
+impl BufferPool {
+    /// Drops a page's uncompressed frame if it has one, is unpinned, and the
+    /// unzip_LRU stays above its floor (for tests, benchmarks and tools: the
+    /// next fix unzips). Returns whether it did.
+    pub fn drop_frame(&self, page_id: PageId) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(d) = self.table.with_entry(page_id, |d| d) else {
+            return false;
+        };
+        let above_floor = inner.unzip.len() > PolicyState::floor_len(inner.lru.list().len());
+        if !inner.unzip.contains(d) || !above_floor {
+            return false;
+        }
+        self.try_drop_frame(&mut inner, d)
+    }
+}
