@@ -13,3 +13,8 @@ pub use barracuda_btree as btree;
 pub use barracuda_codec as codec;
 pub use barracuda_io as io;
 pub use barracuda_pool as pool;
+
+mod error;
+pub mod wal;
+
+pub use error::{Error, Result};

@@ -3,7 +3,7 @@
 //!
 //! The byte diagram is in `docs/design.md`, section "Compressed block format".
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::codec::CodecId;
 use crate::error::{CodecError, Result};
@@ -48,7 +48,7 @@ const _: () = assert!(PAGE_ID_AT.is_multiple_of(8) && LSN_AT.is_multiple_of(8));
 
 /// A block header after its structural checks: every length in it fits the
 /// block it came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct BlockHeader {
     /// The page the block holds.
     pub page_id: PageId,

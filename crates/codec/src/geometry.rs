@@ -123,7 +123,10 @@ impl BlockSize {
 /// Invariants: the page size is a power of two in
 /// [`PAGE_SIZE_BYTES_MIN`]..=[`PAGE_SIZE_BYTES_MAX`]; a compressed block size
 /// is at most the page size; an uncompressed block is exactly the page.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// Serializable for reports; not deserializable, so that every value went
+/// through [`Geometry::new`]'s checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Geometry {
     page_size_bytes: u32,
     block_size: BlockSize,

@@ -1,0 +1,81 @@
+//! Errors of the embedded store.
+
+use std::path::PathBuf;
+
+use barracuda_codec::{CodecError, Lsn};
+use barracuda_io::IoError;
+
+/// Everything that can go wrong in Barracuda, with the context to act on it.
+///
+/// Conditions of the world (I/O errors, damaged files, full disks, bad
+/// input) are errors; bugs in Barracuda itself panic.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The file layer failed (the error names the file, offset and operation).
+    #[error(transparent)]
+    Io(#[from] IoError),
+    /// A page block failed to decode or verify (the error names the page).
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// The write-ahead log holds a damaged record that recovery cannot skip.
+    #[error("write-ahead log corrupted at {lsn}: {reason}")]
+    LogCorrupted {
+        /// Where the damage starts.
+        lsn: Lsn,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A checkpoint slot of the log is damaged and no other one is valid.
+    #[error("checkpoint slot {slot} of the write-ahead log is corrupted: {reason}")]
+    CheckpointCorrupted {
+        /// Slot 0 or 1.
+        slot: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The log ring has no room until a checkpoint advances.
+    #[error(
+        "the write-ahead log is full: {needed_bytes} bytes needed, {free_bytes} free until the next checkpoint"
+    )]
+    LogFull {
+        /// Bytes the append needed.
+        needed_bytes: u64,
+        /// Bytes free in the ring.
+        free_bytes: u64,
+    },
+    /// A write or sync of the log failed earlier; the log accepts nothing
+    /// more, because what it acknowledged next could not be trusted.
+    #[error("the write-ahead log failed and accepts no more writes: {reason}")]
+    LogFailed {
+        /// The first failure.
+        reason: String,
+    },
+    /// One atomic operation changed more than the log can hold in a group.
+    #[error(
+        "an atomic operation of {group_bytes} log bytes exceeds the limit of {group_bytes_max}"
+    )]
+    GroupTooLarge {
+        /// Bytes of the group.
+        group_bytes: usize,
+        /// The limit.
+        group_bytes_max: usize,
+    },
+    /// An option is out of range or contradicts the files on disk.
+    #[error("invalid options: {reason}")]
+    InvalidOptions {
+        /// What is wrong, with the value.
+        reason: String,
+    },
+    /// The database directory is in use or not usable.
+    #[error("database directory {path}: {reason}")]
+    Directory {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// `Result` with Barracuda's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,181 @@
+//! The checkpoint header: two slots at the start of the log file, written
+//! alternately, so that a torn write of one leaves the other intact.
+//!
+//! Byte layout of a slot (integers little-endian; the slot is one aligned
+//! sector, the rest zero):
+//!
+//! ```text
+//! offset size field
+//!      0    4 magic            "BRCK" (CHECKPOINT_MAGIC)
+//!      4    4 format_version   CHECKPOINT_FORMAT_VERSION
+//!      8    8 sequence         grows by one per checkpoint; the valid slot
+//!                              with the highest sequence wins
+//!     16    8 checkpoint_lsn   recovery replays the log from here
+//!     24    8 ring_bytes       size of the log ring; must match on open
+//!     32    4 payload_len      bytes of payload that follow the header
+//!     36    4 crc32c           over [0, 40 + payload_len) with this field zero
+//!     40    . payload          opaque to the log (the Db's catalog root, ...)
+//! ```
+
+use barracuda_codec::Lsn;
+
+use crate::error::{Error, Result};
+
+/// Marks a checkpoint slot.
+pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"BRCK");
+
+/// Version of the slot layout above.
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
+
+/// Bytes of a slot header before the payload.
+pub const CHECKPOINT_HEADER_BYTES: usize = 40;
+
+/// Largest payload: a slot must fit one 512-byte sector, the unit the
+/// storage writes atomically.
+pub const CHECKPOINT_PAYLOAD_BYTES_MAX: usize = 512 - CHECKPOINT_HEADER_BYTES;
+
+const CRC_OFFSET: usize = 36;
+
+/// The content of a checkpoint slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Grows by one per checkpoint written.
+    pub sequence: u64,
+    /// Recovery replays the log from here: every change before it is in the
+    /// data file, durably.
+    pub lsn: Lsn,
+    /// Size of the log ring the slot was written for.
+    pub ring_bytes: u64,
+    /// Opaque bytes for the layer above (at most
+    /// [`CHECKPOINT_PAYLOAD_BYTES_MAX`]).
+    pub payload: Vec<u8>,
+}
+
+impl Checkpoint {
+    /// Encodes the slot into `sector` (zeroing the rest of it).
+    pub(crate) fn encode(&self, sector: &mut [u8]) {
+        assert!(self.payload.len() <= CHECKPOINT_PAYLOAD_BYTES_MAX);
+        assert!(sector.len() >= CHECKPOINT_HEADER_BYTES + self.payload.len());
+        sector.fill(0);
+        sector[0..4].copy_from_slice(&CHECKPOINT_MAGIC.to_le_bytes());
+        sector[4..8].copy_from_slice(&CHECKPOINT_FORMAT_VERSION.to_le_bytes());
+        sector[8..16].copy_from_slice(&self.sequence.to_le_bytes());
+        sector[16..24].copy_from_slice(&self.lsn.0.to_le_bytes());
+        sector[24..32].copy_from_slice(&self.ring_bytes.to_le_bytes());
+        let payload_len = u32::try_from(self.payload.len()).expect("bounded payload");
+        sector[32..36].copy_from_slice(&payload_len.to_le_bytes());
+        let end = CHECKPOINT_HEADER_BYTES + self.payload.len();
+        sector[CHECKPOINT_HEADER_BYTES..end].copy_from_slice(&self.payload);
+        let crc = crc32c::crc32c(&sector[..end]);
+        sector[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Decodes a slot: `Ok(None)` for a never-written (all-zero) slot, an
+    /// error for a damaged one.
+    pub(crate) fn decode(sector: &[u8], slot: usize) -> Result<Option<Checkpoint>> {
+        let header = sector
+            .get(..CHECKPOINT_HEADER_BYTES)
+            .ok_or(Error::CheckpointCorrupted {
+                slot,
+                reason: "slot shorter than its header",
+            })?;
+        if header.iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
+        let corrupted = |reason| Error::CheckpointCorrupted { slot, reason };
+        let u32_at =
+            |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap_or([0; 4]));
+        let u64_at =
+            |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().unwrap_or([0; 8]));
+        if u32_at(0) != CHECKPOINT_MAGIC {
+            return Err(corrupted("bad magic"));
+        }
+        if u32_at(4) != CHECKPOINT_FORMAT_VERSION {
+            return Err(corrupted("unknown format version"));
+        }
+        let payload_len = u32_at(32) as usize;
+        if payload_len > CHECKPOINT_PAYLOAD_BYTES_MAX {
+            return Err(corrupted("payload length too large"));
+        }
+        let end = CHECKPOINT_HEADER_BYTES + payload_len;
+        let crc = crc32c::crc32c(&sector[..CRC_OFFSET]);
+        let crc = crc32c::crc32c_append(crc, &[0; 4]);
+        let crc = crc32c::crc32c_append(crc, &sector[CRC_OFFSET + 4..end]);
+        if crc != u32_at(CRC_OFFSET) {
+            return Err(corrupted("checksum mismatch"));
+        }
+        Ok(Some(Checkpoint {
+            sequence: u64_at(8),
+            lsn: Lsn(u64_at(16)),
+            ring_bytes: u64_at(24),
+            payload: sector[CHECKPOINT_HEADER_BYTES..end].to_vec(),
+        }))
+    }
+}
+
+/// Chooses the newest valid slot. One damaged slot is tolerated (a torn
+/// checkpoint write); two damaged slots are an error.
+pub(crate) fn newest(
+    slots: [Result<Option<Checkpoint>>; 2],
+) -> Result<Option<(usize, Checkpoint)>> {
+    let [a, b] = slots;
+    match (a, b) {
+        (Err(e), Err(_)) => Err(e),
+        (Ok(a), Err(_)) => Ok(a.map(|c| (0, c))),
+        (Err(_), Ok(b)) => Ok(b.map(|c| (1, c))),
+        (Ok(a), Ok(b)) => Ok(match (a, b) {
+            (Some(a), Some(b)) if b.sequence > a.sequence => Some((1, b)),
+            (Some(a), _) => Some((0, a)),
+            (None, Some(b)) => Some((1, b)),
+            (None, None) => None,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checkpoint(sequence: u64) -> Checkpoint {
+        Checkpoint {
+            sequence,
+            lsn: Lsn(4096 * sequence),
+            ring_bytes: 1 << 20,
+            payload: b"catalog".to_vec(),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_newest_wins() {
+        let mut a = [0u8; 512];
+        let mut b = [0u8; 512];
+        checkpoint(3).encode(&mut a);
+        checkpoint(4).encode(&mut b);
+        let chosen = newest([Checkpoint::decode(&a, 0), Checkpoint::decode(&b, 1)]).unwrap();
+        assert_eq!(chosen, Some((1, checkpoint(4))));
+    }
+
+    #[test]
+    fn one_torn_slot_falls_back_to_the_other() {
+        let mut a = [0u8; 512];
+        let mut b = [0u8; 512];
+        checkpoint(3).encode(&mut a);
+        checkpoint(4).encode(&mut b);
+        b[17] ^= 0x40;
+        assert!(matches!(
+            Checkpoint::decode(&b, 1),
+            Err(Error::CheckpointCorrupted { slot: 1, .. })
+        ));
+        let chosen = newest([Checkpoint::decode(&a, 0), Checkpoint::decode(&b, 1)]).unwrap();
+        assert_eq!(chosen, Some((0, checkpoint(3))));
+        a[2] ^= 1;
+        assert!(newest([Checkpoint::decode(&a, 0), Checkpoint::decode(&b, 1)]).is_err());
+    }
+
+    #[test]
+    fn empty_slots_mean_a_new_log() {
+        let zero = [0u8; 512];
+        let chosen = newest([Checkpoint::decode(&zero, 0), Checkpoint::decode(&zero, 1)]).unwrap();
+        assert_eq!(chosen, None);
+    }
+}

@@ -1,0 +1,728 @@
+//! The write-ahead log: physiological redo in one circular file.
+//!
+//! ```text
+//! file offset                       content
+//! 0                                 checkpoint slot 0 (one sector)
+//! sector                            checkpoint slot 1 (one sector)
+//! ring_start = max(2 sectors, 4 KiB) the ring: LSN `l` lives at
+//!                                   ring_start + (l % ring_bytes)
+//! ```
+//!
+//! An LSN is a position in the endless log stream; the ring holds the part
+//! from the checkpoint LSN up. Appends encode a [`RedoGroup`] into a memory
+//! buffer and return the LSN just past it; [`Wal::flush_to`] makes the log
+//! durable up to an LSN with one write and one `sync_data` for everything
+//! buffered (group commit: writers that arrive during a sync share the next
+//! one). Every flush starts at a sector boundary with a flush-start marker
+//! and is padded with zeros to the next boundary, so no synced sector is
+//! ever rewritten.
+//!
+//! Recovery ([`Wal::open`]) reads the newest valid checkpoint slot and
+//! replays groups from its LSN until the first one that is missing or fails
+//! its CRC: that is the end of the log. Unsynced bytes can only lie in the
+//! last flush, so a valid flush-start marker beyond the end proves that the
+//! damaged group had been synced: that is reported as corruption instead of
+//! being silently cut off. Recovery then zeroes the window where unsynced
+//! bytes of the last flush may remain, so that a later crash can never
+//! replay them after newer records.
+
+mod checkpoint;
+mod record;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use barracuda_codec::Lsn;
+use barracuda_io::BlockFile;
+use parking_lot::{Condvar, Mutex};
+use serde::Serialize;
+
+pub use checkpoint::{
+    CHECKPOINT_FORMAT_VERSION, CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC,
+    CHECKPOINT_PAYLOAD_BYTES_MAX, Checkpoint,
+};
+pub use record::{
+    ENTRY_HEADER_BYTES, GROUP_BYTES_MAX, GROUP_HEADER_BYTES, GROUP_MAGIC, GroupKind, LoggedGroup,
+    PATCH_HEADER_BYTES, Patches, RedoEntry, RedoGroup,
+};
+
+use crate::error::{Error, Result};
+use record::{FLUSH_START_BYTES, GroupHeader};
+
+/// Smallest ring: room for a few maximal flushes.
+pub const RING_BYTES_MIN: u64 = 64 << 10;
+
+/// Where the ring starts, at least: after the two checkpoint slots, on a
+/// 4 KiB boundary so O_DIRECT devices with 4 KiB sectors work too.
+const RING_START_BYTES_MIN: u64 = 4096;
+
+/// How much the reader fetches per read during recovery.
+const RECOVERY_READ_BYTES: u64 = 1 << 20;
+
+/// Options of the write-ahead log.
+#[derive(Clone, Debug)]
+pub struct WalOptions {
+    ring_bytes: u64,
+    buffer_bytes_max: usize,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            ring_bytes: /* 128 MiB */ 128 << 20,
+            buffer_bytes_max: /* 4 MiB */ 4 << 20,
+        }
+    }
+}
+
+impl WalOptions {
+    /// Size of the log ring: the log a checkpoint must catch up with before
+    /// writers stall. Rounded up to a multiple of the file's sector size.
+    /// Default = 128 MiB.
+    #[must_use]
+    pub fn ring_bytes(mut self, ring_bytes: u64) -> Self {
+        self.ring_bytes = ring_bytes;
+        self
+    }
+
+    /// The most buffered, unsynced log bytes: an append that grows the
+    /// buffer past it flushes first. It bounds the window recovery must
+    /// clean after a crash. Default = 4 MiB.
+    #[must_use]
+    pub fn buffer_bytes_max(mut self, buffer_bytes_max: usize) -> Self {
+        self.buffer_bytes_max = buffer_bytes_max;
+        self
+    }
+}
+
+/// Where an appended group lies in the log: `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LsnRange {
+    /// The LSN of the group's first byte.
+    pub start: Lsn,
+    /// The LSN just past the group.
+    pub end: Lsn,
+}
+
+/// Counters of the log, for status output.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct WalStats {
+    /// Groups appended since open.
+    pub groups_appended: u64,
+    /// Bytes appended since open (groups and markers, before padding).
+    pub bytes_appended: u64,
+    /// Flushes (one write plus one sync each).
+    pub flushes: u64,
+    /// The LSN just past the last appended group.
+    pub next_lsn: u64,
+    /// Everything before this LSN is durable.
+    pub durable_lsn: u64,
+    /// Recovery starts here.
+    pub checkpoint_lsn: u64,
+    /// Size of the ring.
+    pub ring_bytes: u64,
+}
+
+/// Where things live in the log file.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    sector_bytes: u64,
+    ring_start_bytes: u64,
+    ring_bytes: u64,
+}
+
+impl Layout {
+    fn new(file: &dyn BlockFile, options: &WalOptions) -> Result<Layout> {
+        let sector_bytes = file.alignment().offset_bytes as u64;
+        let ring_bytes = options
+            .ring_bytes
+            .max(RING_BYTES_MIN)
+            .next_multiple_of(sector_bytes);
+        let ring_start_bytes = (2 * sector_bytes)
+            .max(RING_START_BYTES_MIN)
+            .next_multiple_of(sector_bytes);
+        Ok(Layout {
+            sector_bytes,
+            ring_start_bytes,
+            ring_bytes,
+        })
+    }
+
+    fn first_lsn(&self) -> Lsn {
+        Lsn(self.sector_bytes.max(RING_START_BYTES_MIN))
+    }
+
+    fn file_len_bytes(&self) -> u64 {
+        self.ring_start_bytes + self.ring_bytes
+    }
+
+    fn round_up(&self, lsn: u64) -> u64 {
+        lsn.next_multiple_of(self.sector_bytes)
+    }
+
+    /// The pieces of the file holding `[lsn, lsn + len)`: one, or two where
+    /// the range wraps around the ring's end. `(file offset, len)`.
+    fn pieces(&self, lsn: u64, len: u64) -> [(u64, u64); 2] {
+        let at = lsn % self.ring_bytes;
+        let first = len.min(self.ring_bytes - at);
+        [
+            (self.ring_start_bytes + at, first),
+            (self.ring_start_bytes, len - first),
+        ]
+    }
+}
+
+struct State {
+    /// Encoded groups from `buffer_lsn` on, not yet written.
+    buffer: Vec<u8>,
+    /// LSN of `buffer[0]`; on a sector boundary.
+    buffer_lsn: u64,
+    /// Whether a thread is writing and syncing the previous buffer.
+    flushing: bool,
+    /// The newest checkpoint written.
+    checkpoint: Checkpoint,
+    /// The first failure of a write or sync: the log is poisoned.
+    failure: Option<String>,
+    stats: WalStats,
+}
+
+impl State {
+    fn next_lsn(&self) -> u64 {
+        self.buffer_lsn + self.buffer.len() as u64
+    }
+}
+
+/// The write-ahead log. `Send + Sync`: many threads append and wait at once.
+pub struct Wal {
+    file: Arc<dyn BlockFile>,
+    layout: Layout,
+    buffer_bytes_max: usize,
+    state: Mutex<State>,
+    flushed: Condvar,
+    durable_lsn: AtomicU64,
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("file", &self.file.path())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Wal {
+    /// Opens the log in `file`, creating it if the file is empty, and
+    /// replays every redo group from the newest checkpoint through `apply`,
+    /// in log order. Returns the log, ready for appends after the last
+    /// replayed group, and the checkpoint recovery started from.
+    pub fn open(
+        file: Arc<dyn BlockFile>,
+        options: &WalOptions,
+        mut apply: impl FnMut(&LoggedGroup) -> Result<()>,
+    ) -> Result<(Wal, Checkpoint)> {
+        let layout = Layout::new(file.as_ref(), options)?;
+        let checkpoint = match read_checkpoint(file.as_ref(), &layout)? {
+            Some(checkpoint) => checkpoint,
+            None => create(file.as_ref(), &layout)?,
+        };
+        if checkpoint.ring_bytes != layout.ring_bytes {
+            return Err(Error::InvalidOptions {
+                reason: format!(
+                    "the log was created with a ring of {} bytes, not {}",
+                    checkpoint.ring_bytes, layout.ring_bytes
+                ),
+            });
+        }
+        if file.len()? < layout.file_len_bytes() {
+            return Err(Error::LogCorrupted {
+                lsn: checkpoint.lsn,
+                reason: "log file shorter than its ring",
+            });
+        }
+        let mut reader = Reader::new(file.as_ref(), layout, checkpoint.lsn.0);
+        let end_lsn = reader.replay(&mut apply)?;
+        reader.check_nothing_synced_after(end_lsn, checkpoint.lsn.0)?;
+        let window = options.buffer_bytes_max as u64 + GROUP_BYTES_MAX as u64;
+        clean_tail(file.as_ref(), &layout, end_lsn, checkpoint.lsn.0, window)?;
+        let start = layout.round_up(end_lsn);
+        tracing::debug!(
+            checkpoint = checkpoint.lsn.0,
+            end = end_lsn,
+            "log recovered"
+        );
+        let stats = WalStats {
+            next_lsn: start,
+            durable_lsn: start,
+            checkpoint_lsn: checkpoint.lsn.0,
+            ring_bytes: layout.ring_bytes,
+            ..WalStats::default()
+        };
+        let wal = Wal {
+            file,
+            layout,
+            buffer_bytes_max: options.buffer_bytes_max,
+            state: Mutex::new(State {
+                buffer: Vec::new(),
+                buffer_lsn: start,
+                flushing: false,
+                checkpoint: checkpoint.clone(),
+                failure: None,
+                stats,
+            }),
+            flushed: Condvar::new(),
+            durable_lsn: AtomicU64::new(start),
+        };
+        Ok((wal, checkpoint))
+    }
+
+    /// Appends `group` and returns where it lies in the log. Not durable
+    /// until [`Wal::flush_to`] its end returned.
+    ///
+    /// A page changed by the group holds `end` as its page LSN; the first
+    /// group that dirtied a page bounds the checkpoint by its `start`.
+    ///
+    /// Fails with [`Error::LogFull`] if the ring has no room until a
+    /// checkpoint advances, and with [`Error::LogFailed`] once a write or
+    /// sync of the log has failed.
+    pub fn append(&self, group: &RedoGroup) -> Result<LsnRange> {
+        let len = group.encoded_len();
+        let group_bytes_max = GROUP_BYTES_MAX.min((self.layout.ring_bytes / 4) as usize);
+        if len > group_bytes_max {
+            return Err(Error::GroupTooLarge {
+                group_bytes: len,
+                group_bytes_max,
+            });
+        }
+        let mut state = self.state.lock();
+        if state.buffer.len() + len > self.buffer_bytes_max {
+            let target = state.next_lsn();
+            self.flush_locked(&mut state, target)?;
+        }
+        check_failure(&state)?;
+        self.check_room(&state, len)?;
+        if state.buffer.is_empty() {
+            let lsn = Lsn(state.buffer_lsn);
+            record::encode_flush_start(lsn, &mut state.buffer);
+        }
+        let start = Lsn(state.next_lsn());
+        group.encode_into(start, &mut state.buffer);
+        state.stats.groups_appended += 1;
+        state.stats.bytes_appended += len as u64;
+        Ok(LsnRange {
+            start,
+            end: Lsn(state.next_lsn()),
+        })
+    }
+
+    fn check_room(&self, state: &State, len: usize) -> Result<()> {
+        // The group, a marker, and the padding of its flush must all fit in
+        // front of the checkpoint.
+        let need = (len + FLUSH_START_BYTES) as u64 + self.layout.sector_bytes;
+        let used = state.next_lsn() - state.checkpoint.lsn.0;
+        let free = self.layout.ring_bytes - used.min(self.layout.ring_bytes);
+        if need > free {
+            return Err(Error::LogFull {
+                needed_bytes: need,
+                free_bytes: free,
+            });
+        }
+        Ok(())
+    }
+
+    /// Makes the log durable up to `lsn`: on return, every group that ends
+    /// at or before it survives a crash. Writers that call it while another
+    /// thread syncs wait and share the next sync (group commit).
+    pub fn flush_to(&self, lsn: Lsn) -> Result<()> {
+        if self.durable_lsn.load(Ordering::Acquire) >= lsn.0 {
+            return Ok(());
+        }
+        let mut state = self.state.lock();
+        self.flush_locked(&mut state, lsn.0)
+    }
+
+    fn flush_locked(
+        &self,
+        state: &mut parking_lot::MutexGuard<'_, State>,
+        target: u64,
+    ) -> Result<()> {
+        loop {
+            if self.durable_lsn.load(Ordering::Acquire) >= target {
+                return Ok(());
+            }
+            check_failure(state)?;
+            if state.flushing {
+                self.flushed.wait(state);
+                continue;
+            }
+            if state.buffer.is_empty() {
+                // Nothing buffered: `target` is past the end of the log.
+                return Ok(());
+            }
+            self.flush_buffer(state)?;
+        }
+    }
+
+    /// Writes and syncs the buffer, with the state unlocked during the I/O
+    /// so that other threads keep appending.
+    fn flush_buffer(&self, state: &mut parking_lot::MutexGuard<'_, State>) -> Result<()> {
+        let start = state.buffer_lsn;
+        let data_len = state.buffer.len() as u64;
+        let padded_len = self.layout.round_up(data_len);
+        let mut buf = self.file.alloc_buf(padded_len as usize);
+        buf[..data_len as usize].copy_from_slice(&state.buffer);
+        buf[data_len as usize..].fill(0);
+        state.buffer.clear();
+        state.buffer_lsn = start + padded_len;
+        state.flushing = true;
+        let result = parking_lot::MutexGuard::unlocked(state, || self.write_and_sync(start, &buf));
+        state.flushing = false;
+        state.stats.flushes += 1;
+        match result {
+            Ok(()) => {
+                self.durable_lsn
+                    .store(start + padded_len, Ordering::Release);
+                state.stats.durable_lsn = start + padded_len;
+                self.flushed.notify_all();
+                Ok(())
+            }
+            Err(e) => {
+                let message = e.to_string();
+                tracing::error!("write-ahead log failed at LSN {start}: {message}");
+                state.failure = Some(message);
+                self.flushed.notify_all();
+                Err(e)
+            }
+        }
+    }
+
+    fn write_and_sync(&self, lsn: u64, data: &[u8]) -> Result<()> {
+        let mut done = 0usize;
+        for (offset, len) in self.layout.pieces(lsn, data.len() as u64) {
+            if len == 0 {
+                continue;
+            }
+            let len = len as usize;
+            if done == 0 && len == data.len() {
+                self.file.write_at(offset, data)?;
+            } else {
+                let mut piece = self.file.alloc_buf(len);
+                piece.copy_from_slice(&data[done..done + len]);
+                self.file.write_at(offset, &piece)?;
+            }
+            done += len;
+        }
+        self.file.sync_data()?;
+        Ok(())
+    }
+
+    /// Everything before this LSN is durable.
+    pub fn durable_lsn(&self) -> Lsn {
+        Lsn(self.durable_lsn.load(Ordering::Acquire))
+    }
+
+    /// The LSN the next group will start at (or a little after, once a flush
+    /// pads to a sector).
+    pub fn next_lsn(&self) -> Lsn {
+        Lsn(self.state.lock().next_lsn())
+    }
+
+    /// Bytes of the ring in use, from the checkpoint to the end of the log.
+    pub fn used_bytes(&self) -> u64 {
+        let state = self.state.lock();
+        state.next_lsn() - state.checkpoint.lsn.0
+    }
+
+    /// Size of the ring.
+    pub fn ring_bytes(&self) -> u64 {
+        self.layout.ring_bytes
+    }
+
+    /// Records a checkpoint: recovery will start at `lsn`, which must be
+    /// durable already (every page change before it is in the data file,
+    /// and synced), and the ring before it is free for reuse. `payload` is
+    /// stored with it for the layer above.
+    ///
+    /// The two slots are written alternately and synced, so a crash during
+    /// this call leaves the previous checkpoint valid.
+    pub fn checkpoint(&self, lsn: Lsn, payload: &[u8]) -> Result<()> {
+        if payload.len() > CHECKPOINT_PAYLOAD_BYTES_MAX {
+            return Err(Error::InvalidOptions {
+                reason: format!(
+                    "checkpoint payload of {} bytes exceeds {CHECKPOINT_PAYLOAD_BYTES_MAX}",
+                    payload.len()
+                ),
+            });
+        }
+        let mut state = self.state.lock();
+        check_failure(&state)?;
+        let durable = self.durable_lsn.load(Ordering::Acquire);
+        assert!(
+            lsn.0 <= durable && lsn >= state.checkpoint.lsn,
+            "checkpoint {lsn} outside [{}, {durable}]",
+            state.checkpoint.lsn
+        );
+        let next = Checkpoint {
+            sequence: state.checkpoint.sequence + 1,
+            lsn,
+            ring_bytes: self.layout.ring_bytes,
+            payload: payload.to_vec(),
+        };
+        let slot = (next.sequence % 2) as usize;
+        write_checkpoint(self.file.as_ref(), &self.layout, slot, &next).inspect_err(|e| {
+            state.failure = Some(e.to_string());
+        })?;
+        state.stats.checkpoint_lsn = lsn.0;
+        state.checkpoint = next;
+        Ok(())
+    }
+
+    /// The newest checkpoint written.
+    pub fn last_checkpoint(&self) -> Checkpoint {
+        self.state.lock().checkpoint.clone()
+    }
+
+    /// Counters for status output.
+    pub fn stats(&self) -> WalStats {
+        let state = self.state.lock();
+        let mut stats = state.stats.clone();
+        stats.next_lsn = state.next_lsn();
+        stats.durable_lsn = self.durable_lsn.load(Ordering::Acquire);
+        stats
+    }
+}
+
+fn check_failure(state: &State) -> Result<()> {
+    match &state.failure {
+        Some(reason) => Err(Error::LogFailed {
+            reason: reason.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+fn read_checkpoint(file: &dyn BlockFile, layout: &Layout) -> Result<Option<Checkpoint>> {
+    if file.len()? == 0 {
+        return Ok(None);
+    }
+    let sector = layout.sector_bytes as usize;
+    let mut buf = file.alloc_buf(2 * sector);
+    file.read_at(0, &mut buf)?;
+    let slots = [
+        Checkpoint::decode(&buf[..sector], 0),
+        Checkpoint::decode(&buf[sector..], 1),
+    ];
+    match checkpoint::newest(slots)? {
+        Some((_, checkpoint)) => Ok(Some(checkpoint)),
+        None => Err(Error::CheckpointCorrupted {
+            slot: 0,
+            reason: "no checkpoint in a log file that is not empty",
+        }),
+    }
+}
+
+fn create(file: &dyn BlockFile, layout: &Layout) -> Result<Checkpoint> {
+    file.set_len(layout.file_len_bytes())?;
+    let checkpoint = Checkpoint {
+        sequence: 0,
+        lsn: layout.first_lsn(),
+        ring_bytes: layout.ring_bytes,
+        payload: Vec::new(),
+    };
+    write_checkpoint(file, layout, 0, &checkpoint)?;
+    Ok(checkpoint)
+}
+
+fn write_checkpoint(
+    file: &dyn BlockFile,
+    layout: &Layout,
+    slot: usize,
+    checkpoint: &Checkpoint,
+) -> Result<()> {
+    let mut sector = file.alloc_buf(layout.sector_bytes as usize);
+    checkpoint.encode(&mut sector);
+    file.write_at(slot as u64 * layout.sector_bytes, &sector)?;
+    file.sync_data()?;
+    Ok(())
+}
+
+/// Zeroes the part of the ring after the end of the log that the last,
+/// interrupted flush may have written, and syncs. Nothing there was
+/// acknowledged; left in place, a record of it could be replayed after a
+/// later crash, behind records written after this recovery.
+fn clean_tail(
+    file: &dyn BlockFile,
+    layout: &Layout,
+    end_lsn: u64,
+    checkpoint_lsn: u64,
+    window_bytes: u64,
+) -> Result<()> {
+    let start = end_lsn - end_lsn % layout.sector_bytes;
+    let live_end = checkpoint_lsn + layout.ring_bytes;
+    let live_end = live_end - live_end % layout.sector_bytes;
+    let limit = live_end.min(layout.round_up(end_lsn + window_bytes));
+    if limit <= start {
+        return Ok(());
+    }
+    // Keep the bytes of the sector that holds the end of the log.
+    let mut first = file.alloc_buf(layout.sector_bytes as usize);
+    read_ring(file, layout, start, &mut first)?;
+    first[(end_lsn - start) as usize..].fill(0);
+    write_ring(file, layout, start, &first)?;
+    let zeros = vec![0u8; RECOVERY_READ_BYTES as usize];
+    let mut at = start + layout.sector_bytes;
+    while at < limit {
+        let len = (limit - at).min(RECOVERY_READ_BYTES);
+        write_ring(file, layout, at, &zeros[..len as usize])?;
+        at += len;
+    }
+    file.sync_data()?;
+    Ok(())
+}
+
+fn write_ring(file: &dyn BlockFile, layout: &Layout, lsn: u64, data: &[u8]) -> Result<()> {
+    let mut done = 0usize;
+    for (offset, len) in layout.pieces(lsn, data.len() as u64) {
+        if len == 0 {
+            continue;
+        }
+        let mut piece = file.alloc_buf(len as usize);
+        piece.copy_from_slice(&data[done..done + len as usize]);
+        file.write_at(offset, &piece)?;
+        done += len as usize;
+    }
+    Ok(())
+}
+
+fn read_ring(file: &dyn BlockFile, layout: &Layout, lsn: u64, out: &mut [u8]) -> Result<()> {
+    let mut done = 0usize;
+    for (offset, len) in layout.pieces(lsn, out.len() as u64) {
+        if len == 0 {
+            continue;
+        }
+        let mut piece = file.alloc_buf(len as usize);
+        file.read_at(offset, &mut piece)?;
+        out[done..done + len as usize].copy_from_slice(&piece);
+        done += len as usize;
+    }
+    Ok(())
+}
+
+/// Reads the ring during recovery through a window of sector-aligned reads.
+struct Reader<'a> {
+    file: &'a dyn BlockFile,
+    layout: Layout,
+    window_lsn: u64,
+    window: Vec<u8>,
+    start_lsn: u64,
+}
+
+impl<'a> Reader<'a> {
+    fn new(file: &'a dyn BlockFile, layout: Layout, start_lsn: u64) -> Reader<'a> {
+        Reader {
+            file,
+            layout,
+            window_lsn: 0,
+            window: Vec::new(),
+            start_lsn,
+        }
+    }
+
+    /// The bytes `[lsn, lsn + len)`, which must lie within one ring's span
+    /// of the checkpoint.
+    fn bytes(&mut self, lsn: u64, len: usize) -> Result<&[u8]> {
+        let end = lsn + len as u64;
+        let covered = lsn >= self.window_lsn && end <= self.window_lsn + self.window.len() as u64;
+        if !covered {
+            let from = lsn - lsn % self.layout.sector_bytes;
+            let to = self.layout.round_up(end.max(from + RECOVERY_READ_BYTES));
+            let to = to
+                .min(from + self.layout.ring_bytes)
+                .max(self.layout.round_up(end));
+            self.window.resize((to - from) as usize, 0);
+            read_ring(self.file, &self.layout, from, &mut self.window)?;
+            self.window_lsn = from;
+        }
+        let at = (lsn - self.window_lsn) as usize;
+        Ok(&self.window[at..at + len])
+    }
+
+    /// The header of a group that validly starts at `lsn`, if any.
+    fn header_at(&mut self, lsn: u64) -> Result<Option<GroupHeader>> {
+        let limit = self.start_lsn + self.layout.ring_bytes;
+        if lsn + GROUP_HEADER_BYTES as u64 > limit {
+            return Ok(None);
+        }
+        let bytes: [u8; GROUP_HEADER_BYTES] = self
+            .bytes(lsn, GROUP_HEADER_BYTES)?
+            .try_into()
+            .map_err(|_| Error::LogCorrupted {
+                lsn: Lsn(lsn),
+                reason: "short read",
+            })?;
+        let Some(header) = record::parse_header(&bytes) else {
+            return Ok(None);
+        };
+        if header.lsn.0 != lsn || lsn + header.group_len_bytes as u64 > limit {
+            return Ok(None);
+        }
+        Ok(Some(header))
+    }
+
+    /// Replays groups from the start until the end of the log; returns the
+    /// LSN just past the last valid group.
+    fn replay(&mut self, apply: &mut impl FnMut(&LoggedGroup) -> Result<()>) -> Result<u64> {
+        let mut lsn = self.start_lsn;
+        loop {
+            let Some(header) = self.header_at(lsn)? else {
+                let aligned = self.layout.round_up(lsn);
+                if aligned != lsn && self.is_zero(lsn, (aligned - lsn) as usize)? {
+                    // Padding at the end of a flush; the next one starts at
+                    // the sector boundary.
+                    if self.header_at(aligned)?.is_some() {
+                        lsn = aligned;
+                        continue;
+                    }
+                }
+                return Ok(lsn);
+            };
+            let bytes = self.bytes(lsn, header.group_len_bytes)?;
+            if !record::crc_matches(bytes) {
+                return Ok(lsn);
+            }
+            if header.kind == GroupKind::Redo {
+                let group = LoggedGroup::new(header, bytes.to_vec());
+                apply(&group)?;
+            }
+            lsn += header.group_len_bytes as u64;
+        }
+    }
+
+    fn is_zero(&mut self, lsn: u64, len: usize) -> Result<bool> {
+        Ok(self.bytes(lsn, len)?.iter().all(|&b| b == 0))
+    }
+
+    /// Fails if a valid flush-start marker lies after `end_lsn`: the flush
+    /// it starts was written only after everything before it was synced, so
+    /// the group that ended replay at `end_lsn` was damaged after a sync.
+    fn check_nothing_synced_after(&mut self, end_lsn: u64, checkpoint_lsn: u64) -> Result<()> {
+        let limit = checkpoint_lsn + self.layout.ring_bytes;
+        let mut lsn = self.layout.round_up(end_lsn + 1);
+        while lsn + GROUP_HEADER_BYTES as u64 <= limit {
+            if let Some(header) = self.header_at(lsn)?
+                && header.kind == GroupKind::FlushStart
+                && record::crc_matches(self.bytes(lsn, header.group_len_bytes)?)
+            {
+                return Err(Error::LogCorrupted {
+                    lsn: Lsn(end_lsn),
+                    reason: "a damaged group is followed by synced records",
+                });
+            }
+            lsn += self.layout.sector_bytes;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,454 @@
+//! Redo groups: the unit of atomicity in the write-ahead log.
+//!
+//! A group holds every page change of one atomic operation (a tree insert
+//! that splits touches several pages; a `WriteBatch` touches several trees).
+//! Recovery applies a group whole or not at all: its CRC32C covers every
+//! byte, so a group torn by a crash fails its check and ends the log.
+//!
+//! Byte layout of a group (integers little-endian):
+//!
+//! ```text
+//! offset size field
+//!      0    4 magic            "BRWL" (GROUP_MAGIC)
+//!      4    4 group_len_bytes  header + body, at most GROUP_BYTES_MAX
+//!      8    8 lsn              where the group starts in the log
+//!     16    1 kind             1 = redo, 2 = flush start
+//!     17    3 reserved         zero
+//!     20    4 entry_count
+//!     24    4 crc32c           over [0, group_len_bytes) with this field zero
+//!     28    4 reserved         zero
+//!     32    . entries
+//! ```
+//!
+//! An entry names one page:
+//!
+//! ```text
+//!      0    8 page_id
+//!      8    1 kind             1 = patches, 2 = full block
+//!      9    3 reserved         zero
+//!     12    4 body_len_bytes
+//!     16    . body: patches are repeated (offset u32, len u32, bytes);
+//!               a full block is the block's bytes
+//! ```
+
+use barracuda_codec::{Lsn, PageId};
+
+use crate::error::{Error, Result};
+
+/// Marks the first bytes of every group.
+pub const GROUP_MAGIC: u32 = u32::from_le_bytes(*b"BRWL");
+
+/// Bytes of a group header.
+pub const GROUP_HEADER_BYTES: usize = 32;
+
+/// Bytes of an entry header.
+pub const ENTRY_HEADER_BYTES: usize = 16;
+
+/// Bytes of a patch header inside a patches entry.
+pub const PATCH_HEADER_BYTES: usize = 8;
+
+/// The largest group. A group must fit the log ring with room to spare, and
+/// one operation touches a bounded number of pages (a split of every level
+/// of a tree of height 8, plus overflow pages, is far below this).
+pub const GROUP_BYTES_MAX: usize = 16 << 20;
+
+const KIND_REDO: u8 = 1;
+const KIND_FLUSH_START: u8 = 2;
+const ENTRY_PATCHES: u8 = 1;
+const ENTRY_FULL_BLOCK: u8 = 2;
+const CRC_OFFSET: usize = 24;
+
+/// The kind of a group found in the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupKind {
+    /// Page changes of one atomic operation.
+    Redo,
+    /// Written at the start of every flush: everything before it in the log
+    /// was durable when it was written. Recovery uses it to tell a torn tail
+    /// (benign: never acknowledged) from damage to synced records.
+    FlushStart,
+}
+
+/// The page changes of one atomic operation, built before it is appended.
+///
+/// Consecutive patches to the same page share one entry.
+#[derive(Debug, Default, Clone)]
+pub struct RedoGroup {
+    body: Vec<u8>,
+    entry_count: u32,
+    /// Start of the last entry if it is a patches entry, and its page.
+    open_patches: Option<(usize, PageId)>,
+}
+
+impl RedoGroup {
+    /// An empty group.
+    pub fn new() -> RedoGroup {
+        RedoGroup::default()
+    }
+
+    /// Whether the group holds no change.
+    pub fn is_empty(&self) -> bool {
+        self.entry_count == 0
+    }
+
+    /// Number of entries (runs of changes to one page).
+    pub fn entry_count(&self) -> u32 {
+        self.entry_count
+    }
+
+    /// Empties the group, keeping its memory.
+    pub fn clear(&mut self) {
+        self.body.clear();
+        self.entry_count = 0;
+        self.open_patches = None;
+    }
+
+    /// Records that `bytes` were written at `offset_bytes` of page `page_id`.
+    pub fn patch(&mut self, page_id: PageId, offset_bytes: u32, bytes: &[u8]) {
+        let start = match self.open_patches {
+            Some((start, open_page)) if open_page == page_id => start,
+            _ => {
+                let start = self.begin_entry(page_id, ENTRY_PATCHES);
+                self.open_patches = Some((start, page_id));
+                start
+            }
+        };
+        let len = u32::try_from(bytes.len()).expect("a patch is smaller than a page");
+        self.body.extend_from_slice(&offset_bytes.to_le_bytes());
+        self.body.extend_from_slice(&len.to_le_bytes());
+        self.body.extend_from_slice(bytes);
+        self.finish_entry(start);
+    }
+
+    /// Records the whole compressed block of `page_id` as it was before the
+    /// changes that follow it in this group: the first change to a page after
+    /// a checkpoint logs it, so a torn page write is always repairable.
+    pub fn full_block(&mut self, page_id: PageId, block: &[u8]) {
+        let start = self.begin_entry(page_id, ENTRY_FULL_BLOCK);
+        self.body.extend_from_slice(block);
+        self.finish_entry(start);
+        self.open_patches = None;
+    }
+
+    /// Bytes the group takes in the log.
+    pub fn encoded_len(&self) -> usize {
+        GROUP_HEADER_BYTES + self.body.len()
+    }
+
+    fn begin_entry(&mut self, page_id: PageId, kind: u8) -> usize {
+        let start = self.body.len();
+        self.body.extend_from_slice(&page_id.0.to_le_bytes());
+        self.body.extend_from_slice(&[kind, 0, 0, 0]);
+        self.body.extend_from_slice(&0u32.to_le_bytes());
+        self.entry_count += 1;
+        start
+    }
+
+    fn finish_entry(&mut self, start: usize) {
+        let body_len = self.body.len() - start - ENTRY_HEADER_BYTES;
+        let body_len = u32::try_from(body_len).expect("an entry is bounded by GROUP_BYTES_MAX");
+        self.body[start + 12..start + 16].copy_from_slice(&body_len.to_le_bytes());
+    }
+
+    /// Appends the encoded group, starting at `lsn`, to `out`.
+    pub(crate) fn encode_into(&self, lsn: Lsn, out: &mut Vec<u8>) {
+        encode_group(KIND_REDO, lsn, self.entry_count, &self.body, out);
+    }
+}
+
+/// Appends a flush-start marker at `lsn` to `out`.
+pub(crate) fn encode_flush_start(lsn: Lsn, out: &mut Vec<u8>) {
+    encode_group(KIND_FLUSH_START, lsn, 0, &[], out);
+}
+
+/// Bytes of a flush-start marker.
+pub(crate) const FLUSH_START_BYTES: usize = GROUP_HEADER_BYTES;
+
+fn encode_group(kind: u8, lsn: Lsn, entry_count: u32, body: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    let group_len = u32::try_from(GROUP_HEADER_BYTES + body.len()).expect("bounded group");
+    out.extend_from_slice(&GROUP_MAGIC.to_le_bytes());
+    out.extend_from_slice(&group_len.to_le_bytes());
+    out.extend_from_slice(&lsn.0.to_le_bytes());
+    out.extend_from_slice(&[kind, 0, 0, 0]);
+    out.extend_from_slice(&entry_count.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(body);
+    let crc = crc32c::crc32c(&out[start..]);
+    out[start + CRC_OFFSET..start + CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A group header read from the log, before its body is checked.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroupHeader {
+    pub(crate) group_len_bytes: usize,
+    pub(crate) lsn: Lsn,
+    pub(crate) kind: GroupKind,
+    pub(crate) entry_count: u32,
+}
+
+/// Parses a header; `None` if it cannot start a group.
+pub(crate) fn parse_header(bytes: &[u8; GROUP_HEADER_BYTES]) -> Option<GroupHeader> {
+    let u32_at =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    if u32_at(0) != GROUP_MAGIC {
+        return None;
+    }
+    let group_len_bytes = u32_at(4) as usize;
+    if !(GROUP_HEADER_BYTES..=GROUP_BYTES_MAX).contains(&group_len_bytes) {
+        return None;
+    }
+    let mut lsn = [0u8; 8];
+    lsn.copy_from_slice(&bytes[8..16]);
+    let kind = match bytes[16] {
+        KIND_REDO => GroupKind::Redo,
+        KIND_FLUSH_START => GroupKind::FlushStart,
+        _ => return None,
+    };
+    Some(GroupHeader {
+        group_len_bytes,
+        lsn: Lsn(u64::from_le_bytes(lsn)),
+        kind,
+        entry_count: u32_at(20),
+    })
+}
+
+/// Whether `group` (header and body) carries a correct CRC32C.
+pub(crate) fn crc_matches(group: &[u8]) -> bool {
+    if group.len() < GROUP_HEADER_BYTES {
+        return false;
+    }
+    let stored = u32::from_le_bytes([
+        group[CRC_OFFSET],
+        group[CRC_OFFSET + 1],
+        group[CRC_OFFSET + 2],
+        group[CRC_OFFSET + 3],
+    ]);
+    let crc = crc32c::crc32c(&group[..CRC_OFFSET]);
+    let crc = crc32c::crc32c_append(crc, &[0; 4]);
+    let crc = crc32c::crc32c_append(crc, &group[CRC_OFFSET + 4..]);
+    crc == stored
+}
+
+/// A redo group read back from the log, its CRC verified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedGroup {
+    /// Where the group starts.
+    pub lsn: Lsn,
+    /// Where the group ends: the LSN a page holds once the group is applied.
+    pub end_lsn: Lsn,
+    entry_count: u32,
+    bytes: Vec<u8>,
+}
+
+impl LoggedGroup {
+    pub(crate) fn new(header: GroupHeader, bytes: Vec<u8>) -> LoggedGroup {
+        LoggedGroup {
+            lsn: header.lsn,
+            end_lsn: Lsn(header.lsn.0 + header.group_len_bytes as u64),
+            entry_count: header.entry_count,
+            bytes,
+        }
+    }
+
+    /// The group's entries in the order they were recorded.
+    ///
+    /// The CRC matched, so a malformed entry means the group was written by
+    /// a bug or a different format: it is reported as corruption.
+    pub fn entries(&self) -> Result<Vec<RedoEntry<'_>>> {
+        let mut entries = Vec::with_capacity(self.entry_count as usize);
+        let mut rest = &self.bytes[GROUP_HEADER_BYTES..];
+        for _ in 0..self.entry_count {
+            let (entry, tail) = self.parse_entry(rest)?;
+            entries.push(entry);
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            return Err(self.corrupted("bytes after the last entry"));
+        }
+        Ok(entries)
+    }
+
+    fn parse_entry<'a>(&'a self, bytes: &'a [u8]) -> Result<(RedoEntry<'a>, &'a [u8])> {
+        if bytes.len() < ENTRY_HEADER_BYTES {
+            return Err(self.corrupted("entry header past the group's end"));
+        }
+        let page_id = PageId(read_u64(bytes, 0));
+        let body_len = read_u32(bytes, 12) as usize;
+        let body = bytes
+            .get(ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + body_len)
+            .ok_or_else(|| self.corrupted("entry body past the group's end"))?;
+        let rest = &bytes[ENTRY_HEADER_BYTES + body_len..];
+        let entry = match bytes[8] {
+            ENTRY_PATCHES => {
+                check_patches(body).map_err(|reason| self.corrupted(reason))?;
+                RedoEntry::Patches {
+                    page_id,
+                    patches: Patches { bytes: body },
+                }
+            }
+            ENTRY_FULL_BLOCK => RedoEntry::FullBlock {
+                page_id,
+                block: body,
+            },
+            _ => return Err(self.corrupted("unknown entry kind")),
+        };
+        Ok((entry, rest))
+    }
+
+    fn corrupted(&self, reason: &'static str) -> Error {
+        Error::LogCorrupted {
+            lsn: self.lsn,
+            reason,
+        }
+    }
+}
+
+fn check_patches(mut body: &[u8]) -> std::result::Result<(), &'static str> {
+    while !body.is_empty() {
+        if body.len() < PATCH_HEADER_BYTES {
+            return Err("patch header past the entry's end");
+        }
+        let len = read_u32(body, 4) as usize;
+        body = body
+            .get(PATCH_HEADER_BYTES + len..)
+            .ok_or("patch bytes past the entry's end")?;
+    }
+    Ok(())
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// One entry of a logged group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedoEntry<'a> {
+    /// Byte patches to apply to the page's uncompressed image, in order.
+    Patches {
+        /// The page changed.
+        page_id: PageId,
+        /// The patches.
+        patches: Patches<'a>,
+    },
+    /// The page's whole compressed block before the changes that follow.
+    FullBlock {
+        /// The page logged.
+        page_id: PageId,
+        /// The block's bytes.
+        block: &'a [u8],
+    },
+}
+
+/// The patches of one entry; iterate for `(offset_bytes, bytes)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Patches<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Iterator for Patches<'a> {
+    type Item = (u32, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.bytes.len() < PATCH_HEADER_BYTES {
+            return None;
+        }
+        let offset = read_u32(self.bytes, 0);
+        let len = read_u32(self.bytes, 4) as usize;
+        // Lengths were checked when the entry was parsed.
+        let patch = self
+            .bytes
+            .get(PATCH_HEADER_BYTES..PATCH_HEADER_BYTES + len)?;
+        self.bytes = &self.bytes[PATCH_HEADER_BYTES + len..];
+        Some((offset, patch))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logged(group: &RedoGroup, lsn: Lsn) -> LoggedGroup {
+        let mut out = Vec::new();
+        group.encode_into(lsn, &mut out);
+        let header = parse_header(out[..GROUP_HEADER_BYTES].try_into().unwrap()).unwrap();
+        assert!(crc_matches(&out));
+        LoggedGroup::new(header, out)
+    }
+
+    #[test]
+    fn patches_to_one_page_share_an_entry() {
+        let mut group = RedoGroup::new();
+        group.patch(PageId(7), 100, b"abc");
+        group.patch(PageId(7), 200, b"de");
+        group.full_block(PageId(8), &[9; 40]);
+        group.patch(PageId(8), 0, b"x");
+        group.patch(PageId(7), 1, b"y");
+        assert_eq!(group.entry_count(), 4);
+        let logged = logged(&group, Lsn(4096));
+        assert_eq!(logged.end_lsn.0, 4096 + group.encoded_len() as u64);
+        let entries = logged.entries().unwrap();
+        let RedoEntry::Patches { page_id, patches } = entries[0] else {
+            panic!("first entry is patches")
+        };
+        assert_eq!(page_id, PageId(7));
+        assert_eq!(
+            patches.collect::<Vec<_>>(),
+            vec![(100, &b"abc"[..]), (200, &b"de"[..])]
+        );
+        assert_eq!(
+            entries[1],
+            RedoEntry::FullBlock {
+                page_id: PageId(8),
+                block: &[9; 40]
+            }
+        );
+        assert!(matches!(
+            entries[3],
+            RedoEntry::Patches {
+                page_id: PageId(7),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_flipped_bit_fails_the_crc() {
+        let mut group = RedoGroup::new();
+        group.patch(PageId(1), 10, &[1, 2, 3]);
+        let mut out = Vec::new();
+        group.encode_into(Lsn(512), &mut out);
+        for bit in 0..out.len() * 8 {
+            let mut damaged = out.clone();
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            assert!(!crc_matches(&damaged), "bit {bit} flip undetected");
+        }
+    }
+
+    #[test]
+    fn malformed_entries_are_corruption_not_panics() {
+        let mut group = RedoGroup::new();
+        group.patch(PageId(1), 10, &[1, 2, 3]);
+        let mut out = Vec::new();
+        group.encode_into(Lsn(512), &mut out);
+        // Claim a longer body than the group has, then fix the CRC.
+        let at = GROUP_HEADER_BYTES + 12;
+        out[at..at + 4].copy_from_slice(&1000u32.to_le_bytes());
+        out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&[0; 4]);
+        let crc = crc32c::crc32c(&out);
+        out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        let header = parse_header(out[..GROUP_HEADER_BYTES].try_into().unwrap()).unwrap();
+        let logged = LoggedGroup::new(header, out);
+        assert!(matches!(
+            logged.entries(),
+            Err(Error::LogCorrupted { lsn: Lsn(512), .. })
+        ));
+    }
+}

@@ -1,0 +1,356 @@
+//! Tests of the write-ahead log against a model of what was acknowledged.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use barracuda_codec::{Lsn, PageId};
+use barracuda_io::{BlockFile, FaultConfig, FaultFile, MemoryFile};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+
+/// The page a numbered group's last patch names; no other patch uses it.
+const SEQUENCE_PAGE: PageId = PageId(u64::MAX);
+
+/// A group whose content encodes its sequence number, so replay order and
+/// completeness can be checked.
+fn numbered_group(n: u64, rng: &mut SmallRng) -> RedoGroup {
+    let mut group = RedoGroup::new();
+    let pages = rng.random_range(1..4u64);
+    for p in 0..pages {
+        let len = rng.random_range(1..300usize);
+        let mut bytes = vec![(n % 251) as u8; len];
+        bytes[0] = p as u8;
+        group.patch(PageId(n * 10 + p), (n % 4000) as u32, &bytes);
+    }
+    group.patch(SEQUENCE_PAGE, 0, &n.to_le_bytes());
+    group
+}
+
+/// The sequence number a group replayed from the log carries.
+fn sequence_of(group: &LoggedGroup) -> u64 {
+    let entries = group.entries().unwrap();
+    let RedoEntry::Patches {
+        page_id,
+        mut patches,
+    } = *entries.last().unwrap()
+    else {
+        panic!("numbered groups end with a patch")
+    };
+    assert_eq!(page_id, SEQUENCE_PAGE);
+    let (_, bytes) = patches.next().unwrap();
+    u64::from_le_bytes(bytes.try_into().unwrap())
+}
+
+fn replay(file: Arc<dyn BlockFile>, options: &WalOptions) -> Result<(Wal, Vec<u64>)> {
+    let mut seen = Vec::new();
+    let (wal, _) = Wal::open(file, options, |group| {
+        seen.push(sequence_of(group));
+        Ok(())
+    })?;
+    Ok((wal, seen))
+}
+
+fn small() -> WalOptions {
+    WalOptions::default()
+        .ring_bytes(256 << 10)
+        .buffer_bytes_max(16 << 10)
+}
+
+#[test]
+fn appended_groups_replay_in_order_after_reopen() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let mut rng = SmallRng::seed_from_u64(1);
+    let (wal, seen) = replay(file.clone(), &small()).unwrap();
+    assert!(seen.is_empty());
+    let mut last = Lsn(0);
+    for n in 0..100 {
+        let range = wal.append(&numbered_group(n, &mut rng)).unwrap();
+        assert!(range.start >= last && range.end > range.start);
+        last = range.end;
+        if n % 7 == 0 {
+            wal.flush_to(range.end).unwrap();
+            assert!(wal.durable_lsn() >= range.end);
+        }
+    }
+    wal.flush_to(last).unwrap();
+    drop(wal);
+    let (_, seen) = replay(file, &small()).unwrap();
+    assert_eq!(seen, (0..100).collect::<Vec<_>>());
+}
+
+#[test]
+fn the_log_wraps_around_its_ring_behind_checkpoints() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let options = WalOptions::default()
+        .ring_bytes(64 << 10)
+        .buffer_bytes_max(4 << 10);
+    let mut rng = SmallRng::seed_from_u64(2);
+    let (wal, _) = replay(file.clone(), &options).unwrap();
+    let mut first_after_checkpoint = 0;
+    for n in 0..2000u64 {
+        let range = match wal.append(&numbered_group(n, &mut rng)) {
+            Ok(range) => range,
+            Err(Error::LogFull { .. }) => {
+                // Everything so far is "in the data file": checkpoint at the
+                // durable end and retry.
+                wal.flush_to(wal.next_lsn()).unwrap();
+                wal.checkpoint(wal.durable_lsn(), b"x").unwrap();
+                first_after_checkpoint = n;
+                wal.append(&numbered_group(n, &mut rng)).unwrap()
+            }
+            Err(e) => panic!("{e}"),
+        };
+        wal.flush_to(range.end).unwrap();
+    }
+    assert!(
+        wal.stats().next_lsn > 4 * wal.ring_bytes(),
+        "the ring wrapped several times"
+    );
+    drop(wal);
+    let (_, seen) = replay(file, &options).unwrap();
+    assert_eq!(seen, (first_after_checkpoint..2000).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_full_ring_is_an_error_until_a_checkpoint() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let options = WalOptions::default()
+        .ring_bytes(64 << 10)
+        .buffer_bytes_max(4 << 10);
+    let (wal, _) = replay(file, &options).unwrap();
+    let mut group = RedoGroup::new();
+    group.patch(PageId(1), 0, &[7; 1000]);
+    let mut full = None;
+    for _ in 0..100 {
+        match wal.append(&group) {
+            Ok(_) => {}
+            Err(e) => {
+                full = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(matches!(full, Some(Error::LogFull { .. })), "{full:?}");
+    wal.flush_to(wal.next_lsn()).unwrap();
+    wal.checkpoint(wal.durable_lsn(), &[]).unwrap();
+    wal.append(&group).unwrap();
+}
+
+#[test]
+fn concurrent_committers_share_syncs() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let options = WalOptions::default().ring_bytes(8 << 20);
+    let (wal, _) = replay(file.clone(), &options).unwrap();
+    let wal = Arc::new(wal);
+    let next = Arc::new(AtomicU64::new(0));
+    let threads = 8;
+    let commits_per_thread = 100;
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let wal = wal.clone();
+            let next = next.clone();
+            scope.spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(t);
+                for _ in 0..commits_per_thread {
+                    // Sequence numbers are taken under no lock: the log
+                    // order of two threads' groups is the append order,
+                    // which the replay check below does not assume.
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let range = wal.append(&numbered_group(n, &mut rng)).unwrap();
+                    wal.flush_to(range.end).unwrap();
+                    assert!(wal.durable_lsn() >= range.end);
+                }
+            });
+        }
+    });
+    let commits = threads * commits_per_thread;
+    let flushes = wal.stats().flushes;
+    assert!(
+        flushes <= commits,
+        "{flushes} flushes for {commits} commits"
+    );
+    drop(wal);
+    let (_, mut seen) = replay(file, &options).unwrap();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..commits).collect::<Vec<_>>());
+}
+
+/// One crash epoch: appends groups `first..first + count`, flushing now and
+/// then, until a flush fails (the injected sync error: the moment of the
+/// crash, with that flush's write in the file but not synced). Returns the
+/// end of the acknowledged sequence numbers and of the appended ones.
+fn run_until_crash(wal: &Wal, first: u64, count: u64, rng: &mut SmallRng) -> (u64, u64) {
+    let mut acknowledged = first;
+    for n in first..first + count {
+        let range = wal.append(&numbered_group(n, rng)).unwrap();
+        if rng.random_bool(0.3) {
+            if wal.flush_to(range.end).is_err() {
+                return (acknowledged, n + 1);
+            }
+            acknowledged = n + 1;
+        }
+    }
+    (acknowledged, first + count)
+}
+
+/// Checks a replay after a crash: it is a prefix of what was appended, in
+/// order, and holds everything acknowledged.
+fn check_prefix(seen: &[u64], expected_start: u64, acknowledged: u64, appended: u64) {
+    for (i, &n) in seen.iter().enumerate() {
+        assert_eq!(
+            n,
+            expected_start + i as u64,
+            "replay out of order: {seen:?}"
+        );
+    }
+    let end = expected_start + seen.len() as u64;
+    assert!(
+        end >= acknowledged,
+        "lost acknowledged groups: replayed to {end}, acknowledged {acknowledged}"
+    );
+    assert!(end <= appended);
+}
+
+/// A fault file over `inner` whose `nth` sync fails, leaving the write of
+/// that flush unsynced for the crash to keep, drop or tear.
+fn crashing_file(inner: &Arc<dyn BlockFile>, seed: u64, nth: u64) -> Arc<FaultFile> {
+    use barracuda_io::{FaultErrno, FaultOp, FaultRule};
+    let config = FaultConfig::default()
+        .seed(seed)
+        .tear_writes(true)
+        .rule(FaultRule::Nth {
+            op: FaultOp::Sync,
+            nth,
+            errno: FaultErrno::Eio,
+        });
+    Arc::new(FaultFile::new(inner.clone(), config))
+}
+
+#[test]
+fn crashes_lose_nothing_acknowledged_and_resurrect_nothing() {
+    let mut torn_tails = 0;
+    for seed in 0..60u64 {
+        let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+        let mut rng = SmallRng::seed_from_u64(seed);
+
+        // Epoch 1: a new log (2 syncs to create), crashing mid-flush.
+        let fault = crashing_file(&inner, seed, rng.random_range(3..12));
+        let (wal, _) = replay(fault.clone(), &small()).unwrap();
+        let (ack1, appended1) = run_until_crash(&wal, 0, 80, &mut rng);
+        drop(wal);
+        fault.crash().unwrap();
+        let (wal, seen1) = replay(inner.clone(), &small()).unwrap();
+        drop(wal);
+        check_prefix(&seen1, 0, ack1, appended1);
+        torn_tails += usize::from((seen1.len() as u64) < appended1);
+
+        // Epoch 2 continues with new numbers after recovery (1 sync to
+        // clean the tail); what epoch 1 lost must never come back, even
+        // after a second crash.
+        let base = 1000;
+        let fault = crashing_file(&inner, seed + 1000, rng.random_range(2..12));
+        let (wal, seen) = replay(fault.clone(), &small()).unwrap();
+        assert_eq!(seen, seen1);
+        let (ack2, appended2) = run_until_crash(&wal, base, 80, &mut rng);
+        drop(wal);
+        fault.crash().unwrap();
+        let (_, seen2) = replay(inner.clone(), &small()).unwrap();
+        assert_eq!(
+            &seen2[..seen1.len()],
+            &seen1[..],
+            "seed {seed}: epoch 1 replay changed"
+        );
+        check_prefix(&seen2[seen1.len()..], base, ack2, appended2);
+    }
+    assert!(torn_tails > 20, "too few crashes cut the log: {torn_tails}");
+}
+
+#[test]
+fn damage_to_synced_records_is_reported_not_cut_off() {
+    let memory = Arc::new(MemoryFile::new("wal"));
+    let file: Arc<dyn BlockFile> = memory.clone();
+    let mut rng = SmallRng::seed_from_u64(3);
+    let (wal, _) = replay(file.clone(), &small()).unwrap();
+    let first = wal.append(&numbered_group(0, &mut rng)).unwrap();
+    wal.flush_to(first.end).unwrap();
+    for n in 1..5 {
+        let range = wal.append(&numbered_group(n, &mut rng)).unwrap();
+        wal.flush_to(range.end).unwrap();
+    }
+    drop(wal);
+    // Flip a bit inside the first group's body.
+    let layout = Layout::new(file.as_ref(), &small()).unwrap();
+    let (offset, _) = layout.pieces(first.start.0 + 40, 1)[0];
+    let sector = offset - offset % 512;
+    let mut buf = file.alloc_buf(512);
+    file.read_at(sector, &mut buf).unwrap();
+    buf[(offset - sector) as usize] ^= 0x10;
+    file.write_at(sector, &buf).unwrap();
+    let err = replay(file, &small()).expect_err("damage must be reported");
+    assert!(
+        matches!(err, Error::LogCorrupted { lsn, .. } if lsn == first.start),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_checkpoint_payload_survives_reopen() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let mut rng = SmallRng::seed_from_u64(4);
+    let (wal, checkpoint) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
+    assert_eq!(checkpoint.sequence, 0);
+    let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
+    wal.flush_to(range.end).unwrap();
+    wal.checkpoint(range.start, b"catalog at page 1").unwrap();
+    drop(wal);
+    let (_, checkpoint) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
+    assert_eq!(checkpoint.lsn, range.start);
+    assert_eq!(checkpoint.payload, b"catalog at page 1");
+    // The group after the checkpoint LSN is replayed again.
+    let (_, seen) = replay(file, &small()).unwrap();
+    assert_eq!(seen, vec![0]);
+}
+
+#[test]
+fn a_different_ring_size_is_refused() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    drop(Wal::open(file.clone(), &small(), |_| Ok(())).unwrap());
+    let other = WalOptions::default().ring_bytes(512 << 10);
+    let err = Wal::open(file, &other, |_| Ok(())).expect_err("must refuse");
+    assert!(matches!(err, Error::InvalidOptions { .. }), "{err}");
+}
+
+#[test]
+fn a_failed_sync_poisons_the_log() {
+    use barracuda_io::{FaultErrno, FaultOp, FaultRule};
+    let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    // Opening a new log syncs twice (its first checkpoint, its cleaned tail);
+    // fail the fourth sync, the second flush.
+    let config = FaultConfig::default().seed(5).rule(FaultRule::Nth {
+        op: FaultOp::Sync,
+        nth: 4,
+        errno: FaultErrno::Eio,
+    });
+    let file: Arc<dyn BlockFile> = Arc::new(FaultFile::new(inner, config));
+    let (wal, _) = replay(file, &small()).unwrap();
+    let mut rng = SmallRng::seed_from_u64(5);
+    let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
+    wal.flush_to(range.end).unwrap();
+    let range = wal.append(&numbered_group(1, &mut rng)).unwrap();
+    assert!(
+        wal.flush_to(range.end).is_err(),
+        "the injected EIO must surface"
+    );
+    assert!(wal.durable_lsn() < range.end);
+    // Every later append and flush fails: nothing is acknowledged again.
+    let err = wal
+        .append(&numbered_group(2, &mut rng))
+        .expect_err("poisoned");
+    assert!(matches!(err, Error::LogFailed { .. }), "{err}");
+    assert!(matches!(
+        wal.flush_to(range.end),
+        Err(Error::LogFailed { .. })
+    ));
+}
