@@ -40,6 +40,46 @@ impl BufferPool {
         inner.flush.insert_after(after, d);
     }
 
+    /// Whether a page whose newest change is `newest` may be written now.
+    pub(crate) fn writable(&self, newest: Lsn) -> bool {
+        self.durable_at(newest, self.services.durable_lsn.durable_lsn())
+    }
+
+    /// The write-ahead rule: the log is durable up to the page's newest
+    /// change, which is a real LSN (not [`crate::LSN_PENDING`]).
+    pub(crate) fn durable_at(&self, newest: Lsn, durable: Lsn) -> bool {
+        newest != crate::guard::LSN_PENDING && newest <= durable
+    }
+
+    /// Gives a page committed with `commit_pending_lsn` the LSN of its log
+    /// record. Returns false if the page is not cached or not dirty.
+    pub fn set_page_lsn(&self, page_id: barracuda_codec::PageId, lsn: Lsn) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(d) = self.table.with_entry(page_id, |d| d) else {
+            return false;
+        };
+        let dirty = &mut inner.dirty[d as usize];
+        if !dirty.dirty {
+            return false;
+        }
+        if dirty.newest == crate::guard::LSN_PENDING {
+            dirty.newest = lsn;
+        }
+        if dirty.oldest == crate::guard::LSN_PENDING {
+            // Re-insert at its place in the flush list's LSN order.
+            dirty.oldest = lsn;
+            inner.flush.remove(d);
+            let mut after = NIL;
+            let mut next = inner.flush.head();
+            while next != NIL && inner.dirty[next as usize].oldest > lsn {
+                after = next;
+                next = inner.flush.next(next);
+            }
+            inner.flush.insert_after(after, d);
+        }
+        true
+    }
+
     /// Writes a victim the caller pinned, if its latch is free right now
     /// (the caller may hold other latches, so it must not wait).
     pub(crate) fn flush_victim(&self, d: u32) -> Result<()> {
@@ -64,7 +104,7 @@ impl BufferPool {
             if !dirty.dirty || dirty.writing {
                 return Ok(false);
             }
-            if dirty.newest > self.services.durable_lsn.durable_lsn() {
+            if !self.writable(dirty.newest) {
                 self.counters
                     .write_ahead_waits
                     .fetch_add(1, Ordering::Relaxed);
@@ -136,7 +176,7 @@ impl BufferPool {
         let mut d = inner.flush.tail();
         let mut to_skip = skip;
         while d != NIL {
-            if inner.dirty[d as usize].newest <= durable {
+            if self.durable_at(inner.dirty[d as usize].newest, durable) {
                 if to_skip == 0 {
                     let page_id = self.descs[d as usize].page_id();
                     return self.table.with_entry(page_id, |e| {

@@ -12,6 +12,10 @@ use crate::backend::{AppendOutcome, CompressOutcome};
 use crate::error::{PoolError, Result};
 use crate::pool::BufferPool;
 
+/// The LSN of a page committed with
+/// [`ExclusiveGuard::commit_pending_lsn`] until the log assigns its real one.
+pub const LSN_PENDING: Lsn = Lsn(u64::MAX);
+
 /// Result of [`ExclusiveGuard::commit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommitOutcome {
@@ -218,6 +222,27 @@ impl<'a> ExclusiveGuard<'a> {
         self.undo.clear();
         self.created = false;
         Ok(CommitOutcome::Fits)
+    }
+
+    /// Like [`Self::commit`] for callers that learn the LSN only after the
+    /// log record is written (the tree commits a page, the write-ahead log
+    /// later assigns the whole operation's LSN): the page becomes dirty at
+    /// [`LSN_PENDING`], which no durable LSN reaches, so it is neither
+    /// evicted nor written until [`BufferPool::set_page_lsn`] gives it the
+    /// real LSN.
+    pub fn commit_pending_lsn(&mut self) -> Result<CommitOutcome> {
+        self.commit(LSN_PENDING)
+    }
+
+    /// The uncommitted patches, as `(offset, current bytes)` in the order
+    /// they were written (later patches may overwrite earlier ones), so the
+    /// caller can log them before committing.
+    pub fn pending_patches(&self) -> impl Iterator<Item = (usize, &[u8])> + '_ {
+        let page = self.page();
+        self.patches.iter().map(move |patch| {
+            let (offset, len) = (patch.offset as usize, patch.len as usize);
+            (offset, &page[offset..offset + len])
+        })
     }
 
     /// Appends the patches to the modification log or recompresses; on

@@ -73,7 +73,7 @@ pub use config::{
 };
 pub use error::{PoolError, Result};
 pub use flush::FlusherHandle;
-pub use guard::{CommitOutcome, ExclusiveGuard, SharedGuard};
+pub use guard::{CommitOutcome, ExclusiveGuard, LSN_PENDING, SharedGuard};
 pub use policy::{
     IO_TO_UNZIP_FACTOR, IntervalCounts, PolicyStatus, STAT_INTERVAL_COUNT, UNZIP_LRU_FLOOR_DIVISOR,
 };

@@ -594,7 +594,7 @@ impl BufferPool {
                     return Ok(());
                 }
             } else if dirty_victim == NIL
-                && dirty.newest <= durable
+                && self.durable_at(dirty.newest, durable)
                 && self.descs[d as usize].pins() == 0
             {
                 dirty_victim = d;

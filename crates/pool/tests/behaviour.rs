@@ -259,3 +259,42 @@ fn one_scan_does_not_flush_the_hot_set() {
         pool.lru_snapshot()
     );
 }
+
+#[test]
+fn a_page_committed_before_its_lsn_is_known_waits_for_it() {
+    let file = Arc::new(MemoryFile::default());
+    let durable = Arc::new(AtomicU64::new(u64::MAX));
+    let pool = simple_pool(
+        PageFormat::Compressed {
+            block_size_bytes: 1024,
+        },
+        4,
+        file.clone(),
+        durable,
+        None,
+    );
+    assert_eq!(
+        pool.create(PageId(1)).unwrap().commit(Lsn(1)).unwrap(),
+        CommitOutcome::Fits
+    );
+    pool.flush_all().unwrap();
+    let mut guard = pool.fix_exclusive(PageId(1)).unwrap();
+    guard.write(200, b"op").unwrap();
+    let logged: Vec<(usize, Vec<u8>)> = guard
+        .pending_patches()
+        .map(|(o, b)| (o, b.to_vec()))
+        .collect();
+    assert_eq!(logged, vec![(200, b"op".to_vec())]);
+    assert_eq!(guard.commit_pending_lsn().unwrap(), CommitOutcome::Fits);
+    drop(guard);
+    assert_eq!(
+        pool.flush_some(8).unwrap(),
+        0,
+        "written before its log record exists"
+    );
+    assert!(!pool.evict(PageId(1)));
+    assert!(pool.set_page_lsn(PageId(1), Lsn(7)));
+    assert_eq!(pool.oldest_dirty_lsn(), Some(Lsn(7)));
+    assert_eq!(pool.flush_some(8).unwrap(), 1);
+    pool.check_invariants();
+}
