@@ -25,12 +25,22 @@ const OPS_MAX: usize = 256;
 enum Op {
     Create(u8),
     Read(u8),
-    Write { page: u8, offset: u16, len: u8, byte: u8, noise: bool, commit: bool },
+    Write {
+        page: u8,
+        offset: u16,
+        len: u8,
+        byte: u8,
+        noise: bool,
+        commit: bool,
+    },
     Flush(u8),
     Evict(u8),
     Advance(u16),
     FreezeLog(bool),
-    PinAndRead { pinned: u8, others: Vec<u8> },
+    PinAndRead {
+        pinned: u8,
+        others: Vec<u8>,
+    },
     Status,
 }
 
@@ -56,7 +66,11 @@ impl FaultyFile {
     fn fail(&self, operation: &'static str) -> barracuda_pool::Result<()> {
         let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
         if self.fail_every != 0 && n.is_multiple_of(self.fail_every) {
-            return Err(PoolError::Io { page_id: PageId(u64::MAX), operation, message: "injected".into() });
+            return Err(PoolError::Io {
+                page_id: PageId(u64::MAX),
+                operation,
+                message: "injected".into(),
+            });
         }
         Ok(())
     }
@@ -100,7 +114,10 @@ impl Harness {
 
     fn check(&self, page: u64, bytes: &[u8]) {
         let expected = &self.model[&page];
-        assert!(bytes[HEADER_BYTES..] == expected[HEADER_BYTES..], "page {page} differs from the model");
+        assert!(
+            bytes[HEADER_BYTES..] == expected[HEADER_BYTES..],
+            "page {page} differs from the model"
+        );
     }
 
     fn next_lsn(&mut self) -> Lsn {
@@ -138,9 +155,9 @@ impl Harness {
             return;
         }
         match guard.commit(lsn).expect("the simple codec cannot fail") {
-            CommitOutcome::Fits => {
-                self.model.get_mut(&page).expect("created")[offset..offset + len].copy_from_slice(&bytes)
-            }
+            CommitOutcome::Fits => self.model.get_mut(&page).expect("created")
+                [offset..offset + len]
+                .copy_from_slice(&bytes),
             CommitOutcome::DoesNotFit => {}
         }
         self.check(page, guard.page());
@@ -155,7 +172,11 @@ impl Harness {
                     return;
                 }
                 let lsn = self.next_lsn();
-                match self.pool.create(PageId(page)).and_then(|mut g| g.commit(lsn)) {
+                match self
+                    .pool
+                    .create(PageId(page))
+                    .and_then(|mut g| g.commit(lsn))
+                {
                     Ok(_) => {
                         self.model.insert(page, vec![0; PAGE_SIZE_BYTES]);
                     }
@@ -169,9 +190,21 @@ impl Harness {
                     Err(e) => self.expect_world(&e),
                 }
             }
-            Op::Write { page, offset, len, byte, noise, commit } if exists(&page) => {
-                self.write(u64::from(page % PAGE_ID_COUNT), offset, len, byte, noise, commit)
-            }
+            Op::Write {
+                page,
+                offset,
+                len,
+                byte,
+                noise,
+                commit,
+            } if exists(&page) => self.write(
+                u64::from(page % PAGE_ID_COUNT),
+                offset,
+                len,
+                byte,
+                noise,
+                commit,
+            ),
             Op::Flush(count) => {
                 if let Err(e) = self.pool.flush_some(usize::from(count)) {
                     self.expect_world(&e);
@@ -203,7 +236,10 @@ impl Harness {
                     self.pool.check_invariants();
                 }
                 let lru = self.pool.lru_snapshot();
-                assert!(lru.iter().any(|e| e.page_id == PageId(pinned) && e.pinned), "pinned page evicted");
+                assert!(
+                    lru.iter().any(|e| e.page_id == PageId(pinned) && e.pinned),
+                    "pinned page evicted"
+                );
                 self.check(pinned, guard.page());
             }
             Op::Status => {
@@ -224,7 +260,11 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
     } else {
         PageFormat::Compressed { block_size_bytes }
     };
-    let policy = if input.innodb { EvictionPolicy::InnoDb } else { EvictionPolicy::CostAware };
+    let policy = if input.innodb {
+        EvictionPolicy::InnoDb
+    } else {
+        EvictionPolicy::CostAware
+    };
     let config = PoolConfig::default()
         .page_size_bytes(PAGE_SIZE_BYTES)
         .format(format)
@@ -240,13 +280,24 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
         fail_every: u64::from(input.fail_every % 16),
     };
     let services = Services {
-        codec: Arc::new(SimpleCodec::default()),
+        codec: Arc::new(if input.uncompressed {
+            SimpleCodec::stored()
+        } else {
+            SimpleCodec::default()
+        }),
         file: Arc::new(file),
         durable_lsn: Arc::new(move || Lsn(durable_in.load(Ordering::Relaxed))),
         clock: Some(clock.clone()),
     };
     let pool = BufferPool::open(config, services).expect("valid config");
-    let mut harness = Harness { pool, clock, durable, frozen: false, lsn: 0, model: BTreeMap::new() };
+    let mut harness = Harness {
+        pool,
+        clock,
+        durable,
+        frozen: false,
+        lsn: 0,
+        model: BTreeMap::new(),
+    };
     for op in input.ops.into_iter().take(OPS_MAX) {
         harness.apply(op);
         harness.pool.check_invariants();

@@ -4,7 +4,9 @@
 //!
 //! `SimpleCodec`'s block: `[page_id u64][lsn u64][checksum u32][body_len u32]
 //! [body][log: (offset u32, len u32, bytes)* ][end marker u32::MAX]`, where
-//! the body is the page with its trailing zeros cut off. A page "compresses"
+//! the body is the page with its trailing zeros cut off. With
+//! [`SimpleCodec::stored`] (for uncompressed pools) an image is the header
+//! followed by the page's bytes after it. A page "compresses"
 //! as well as it ends in zeros, which tests control exactly.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,9 +30,22 @@ const LOG_ENTRY_HEADER_BYTES: usize = 8;
 /// log and a checksum, for tests.
 #[derive(Default)]
 pub struct SimpleCodec {
+    /// Images are the page as it is (for an uncompressed pool).
+    stored: bool,
     compress_ops: AtomicU64,
     compress_ops_ok: AtomicU64,
     uncompress_ops: AtomicU64,
+}
+
+impl SimpleCodec {
+    /// The codec of an uncompressed pool: an image is the header followed
+    /// by the page's bytes after it.
+    pub fn stored() -> Self {
+        Self {
+            stored: true,
+            ..Self::default()
+        }
+    }
 }
 
 fn checksum(bytes: &[u8]) -> u32 {
@@ -77,6 +92,14 @@ fn read_u64(bytes: &[u8], at: usize) -> u64 {
 impl PageCodec for SimpleCodec {
     fn compress(&self, page_id: PageId, page: &[u8], block: &mut [u8]) -> Result<CompressOutcome> {
         self.compress_ops.fetch_add(1, Ordering::Relaxed);
+        if self.stored {
+            // An uncompressed pool's image: the header, then the page as it is.
+            block[0..8].copy_from_slice(&page_id.0.to_le_bytes());
+            block[8..HEADER_BYTES].fill(0);
+            block[HEADER_BYTES..].copy_from_slice(&page[HEADER_BYTES..]);
+            self.compress_ops_ok.fetch_add(1, Ordering::Relaxed);
+            return Ok(CompressOutcome::Fits);
+        }
         let body_len = page
             .iter()
             .rposition(|&b| b != 0)
@@ -224,5 +247,45 @@ impl PageFile for MemoryFile {
 
     fn sync_data(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by fuzzing (`pool_eviction`): an uncompressed pool's image was
+    /// the compressed format, whose log marker landed in the page's bytes.
+    #[test]
+    fn a_stored_image_is_the_page() {
+        let codec = SimpleCodec::stored();
+        let mut page = vec![0u8; 4096];
+        page[HEADER_BYTES] = 7;
+        let mut image = vec![0u8; 4096];
+        assert_eq!(
+            codec.compress(PageId(1), &page, &mut image).unwrap(),
+            CompressOutcome::Fits
+        );
+        assert_eq!(image[HEADER_BYTES..], page[HEADER_BYTES..]);
+    }
+
+    /// Found by fuzzing: a compressed pool whose block is as large as its
+    /// page must still get a modification log.
+    #[test]
+    fn a_page_sized_block_has_a_log() {
+        let codec = SimpleCodec::default();
+        let page = vec![0u8; 4096];
+        let mut block = vec![0u8; 4096];
+        assert_eq!(
+            codec.compress(PageId(1), &page, &mut block).unwrap(),
+            CompressOutcome::Fits
+        );
+        assert_eq!(
+            codec.append_patch(&mut block, 100, b"x").unwrap(),
+            AppendOutcome::Appended
+        );
+        let mut back = vec![0u8; 4096];
+        codec.decompress(PageId(1), &block, &mut back).unwrap();
+        assert_eq!(back[100], b'x');
     }
 }

@@ -24,7 +24,11 @@ fn simple_pool(
     clock: Option<ManualClock>,
 ) -> BufferPool {
     let services = Services {
-        codec: Arc::new(SimpleCodec::default()),
+        codec: Arc::new(if format == PageFormat::Uncompressed {
+            SimpleCodec::stored()
+        } else {
+            SimpleCodec::default()
+        }),
         file,
         durable_lsn: Arc::new(move || Lsn(durable.load(Ordering::Relaxed))),
         clock,

@@ -192,7 +192,12 @@ impl Sut {
                     Arc::new(FileService::new(io_file)),
                 )
             } else {
-                (Arc::new(SimpleCodec::default()), file.clone())
+                let codec = if reference.variant.compressed() {
+                    SimpleCodec::default()
+                } else {
+                    SimpleCodec::stored()
+                };
+                (Arc::new(codec), file.clone())
             };
         let durable = Arc::new(AtomicU64::new(u64::MAX));
         let durable_in = Arc::clone(&durable);
