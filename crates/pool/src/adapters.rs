@@ -1,0 +1,220 @@
+//! The pool's services implemented by the real layers: [`CodecService`]
+//! over `barracuda-codec`'s `BlockCodec`, and [`FileService`] over any
+//! `barracuda-io` `BlockFile`.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use barracuda_codec::{
+    BlockCodec, Codec, CompressionStats, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId,
+    PatchOutcome,
+};
+use barracuda_io::{AlignedBuf, BlockFile};
+use parking_lot::Mutex;
+
+use crate::backend::{AppendOutcome, CompressOutcome, PageCodec, PageFile};
+use crate::error::{PoolError, Result};
+use crate::status::CodecCounters;
+
+/// `barracuda-codec` as the pool's codec. A `BlockCodec` is a per-thread
+/// context (library state and scratch buffer); this keeps a stack of them
+/// and lends one per call, so after warm-up (one context per concurrently
+/// compressing thread) nothing is allocated.
+pub struct CodecService {
+    codec: Codec,
+    geometry: Geometry,
+    stats: Arc<CompressionStats>,
+    contexts: Mutex<Vec<BlockCodec>>,
+}
+
+impl CodecService {
+    /// A service for one policy and geometry; checks them by building the
+    /// first context.
+    pub fn new(codec: Codec, geometry: Geometry) -> Result<Self> {
+        let stats = Arc::new(CompressionStats::new());
+        let first = BlockCodec::with_stats(codec.clone(), geometry, Arc::clone(&stats)).map_err(
+            |source| PoolError::Codec {
+                page_id: PageId(u64::MAX),
+                source,
+            },
+        )?;
+        Ok(Self {
+            codec,
+            geometry,
+            stats,
+            contexts: Mutex::new(vec![first]),
+        })
+    }
+
+    /// The shared compression counters.
+    pub fn stats(&self) -> &Arc<CompressionStats> {
+        &self.stats
+    }
+
+    fn with_context<T>(
+        &self,
+        page_id: PageId,
+        f: impl FnOnce(&mut BlockCodec) -> barracuda_codec::Result<T>,
+    ) -> Result<T> {
+        let lent = self.contexts.lock().pop();
+        let mut context = match lent {
+            Some(context) => context,
+            None => {
+                BlockCodec::with_stats(self.codec.clone(), self.geometry, Arc::clone(&self.stats))
+                    .map_err(|source| PoolError::Codec { page_id, source })?
+            }
+        };
+        let result = f(&mut context);
+        self.contexts.lock().push(context);
+        result.map_err(|source| PoolError::Codec { page_id, source })
+    }
+}
+
+impl PageCodec for CodecService {
+    fn compress(&self, page_id: PageId, page: &[u8], block: &mut [u8]) -> Result<CompressOutcome> {
+        // Keep the LSN the block carries (a new block has none yet).
+        let lsn = barracuda_codec::read_header(block).map_or(Lsn(0), |header| header.lsn);
+        let outcome = self.with_context(page_id, |c| c.compress(page, page_id, lsn, block))?;
+        Ok(match outcome {
+            barracuda_codec::CompressOutcome::Fits { .. } => CompressOutcome::Fits,
+            barracuda_codec::CompressOutcome::DoesNotFit { .. } => CompressOutcome::DoesNotFit,
+        })
+    }
+
+    fn decompress(&self, page_id: PageId, block: &[u8], page: &mut [u8]) -> Result<()> {
+        self.with_context(page_id, |c| c.decompress(block, page).map(|_| ()))
+    }
+
+    fn append_patch(&self, block: &mut [u8], offset: usize, bytes: &[u8]) -> Result<AppendOutcome> {
+        match barracuda_codec::append_patch(block, offset, bytes) {
+            Ok(PatchOutcome::Appended) => Ok(AppendOutcome::Appended),
+            Ok(PatchOutcome::LogFull) => Ok(AppendOutcome::LogFull),
+            Err(source) => {
+                let page_id =
+                    barracuda_codec::read_header(block).map_or(PageId(u64::MAX), |h| h.page_id);
+                Err(PoolError::Codec { page_id, source })
+            }
+        }
+    }
+
+    fn verify(&self, page_id: PageId, block: &[u8]) -> Result<()> {
+        barracuda_codec::verify(block, page_id)
+            .map(|_| ())
+            .map_err(|source| PoolError::Codec { page_id, source })
+    }
+
+    fn seal(&self, page_id: PageId, block: &mut [u8], lsn: Lsn) -> Result<()> {
+        barracuda_codec::seal(block, lsn)
+            .map(|_| ())
+            .map_err(|source| PoolError::Codec { page_id, source })
+    }
+
+    fn page_header_reserved_bytes(&self) -> usize {
+        PAGE_HEADER_RESERVED_BYTES
+    }
+
+    fn counters(&self) -> CodecCounters {
+        let block_size = self.geometry.block_size();
+        let snapshot = self.stats.snapshot();
+        let row = snapshot.row(block_size).copied().unwrap_or_default();
+        CodecCounters {
+            block_size_bytes: self.geometry.block_size_bytes() as u64,
+            compress_ops: row.compress_ops,
+            compress_ops_ok: row.compress_ops_ok,
+            compress_time_us: row.compress_time_ns / 1000,
+            uncompress_ops: row.uncompress_ops,
+            uncompress_time_us: row.uncompress_time_ns / 1000,
+        }
+    }
+}
+
+thread_local! {
+    /// Bounce buffers for requests whose memory is not aligned as the file
+    /// requires (blocks smaller than the memory alignment), reused per thread.
+    static BOUNCE: RefCell<Vec<AlignedBuf>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A `barracuda-io` file as the pool's data file. Requests whose buffer is
+/// aligned go straight to the file (the pool's arena is 4096-aligned, so
+/// blocks of 4 KiB and up always are); others go through a per-thread
+/// aligned bounce buffer.
+pub struct FileService {
+    file: Arc<dyn BlockFile>,
+}
+
+impl FileService {
+    /// Wraps an open file.
+    pub fn new(file: Arc<dyn BlockFile>) -> Self {
+        Self { file }
+    }
+
+    /// The wrapped file.
+    pub fn file(&self) -> &Arc<dyn BlockFile> {
+        &self.file
+    }
+
+    fn aligned(&self, offset_bytes: u64, buf: &[u8]) -> bool {
+        let alignment = self.file.alignment();
+        (buf.as_ptr() as usize).is_multiple_of(alignment.mem_bytes)
+            && buf.len().is_multiple_of(alignment.offset_bytes)
+            && offset_bytes.is_multiple_of(alignment.offset_bytes as u64)
+    }
+
+    fn with_bounce<T>(&self, len_bytes: usize, f: impl FnOnce(&mut AlignedBuf) -> T) -> T {
+        let align_bytes = self.file.alignment().mem_bytes;
+        BOUNCE.with(|bounce| {
+            let mut bounce = bounce.borrow_mut();
+            let position = bounce
+                .iter()
+                .position(|b| b.len() == len_bytes && b.addr().is_multiple_of(align_bytes));
+            let mut buf = match position {
+                Some(position) => bounce.swap_remove(position),
+                None => AlignedBuf::zeroed(len_bytes, align_bytes),
+            };
+            let result = f(&mut buf);
+            bounce.push(buf);
+            result
+        })
+    }
+}
+
+impl PageFile for FileService {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let error = |source| PoolError::File {
+            operation: "read",
+            offset_bytes: offset,
+            source,
+        };
+        if self.aligned(offset, buf) {
+            return self.file.read_at(offset, buf).map_err(error);
+        }
+        self.with_bounce(buf.len(), |bounce| {
+            self.file.read_at(offset, bounce).map_err(error)?;
+            buf.copy_from_slice(bounce);
+            Ok(())
+        })
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        let error = |source| PoolError::File {
+            operation: "write",
+            offset_bytes: offset,
+            source,
+        };
+        if self.aligned(offset, buf) {
+            return self.file.write_at(offset, buf).map_err(error);
+        }
+        self.with_bounce(buf.len(), |bounce| {
+            bounce.copy_from_slice(buf);
+            self.file.write_at(offset, bounce).map_err(error)
+        })
+    }
+
+    fn sync_data(&self) -> Result<()> {
+        self.file.sync_data().map_err(|source| PoolError::File {
+            operation: "sync",
+            offset_bytes: 0,
+            source,
+        })
+    }
+}

@@ -1,0 +1,300 @@
+//! The one memory budget: an arena of page-size chunks allocated once at
+//! open, aligned for `O_DIRECT`. A chunk holds either one uncompressed frame
+//! or is split into compressed blocks of the pool's block size (a slab: the
+//! one-size case of InnoDB's `buf_buddy`). Nothing is allocated after open.
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::ptr::NonNull;
+
+use crate::config::ARENA_ALIGNMENT_BYTES;
+use crate::error::{PoolError, Result};
+
+/// "No index": the end of a list, a free slot's owner, a missing frame.
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// The raw memory. Access to the bytes of a chunk or slot is synchronized by
+/// the pool (page latches and the pool mutex), not by the arena.
+pub(crate) struct Arena {
+    base: NonNull<u8>,
+    layout: Layout,
+    chunk_size_bytes: usize,
+    chunk_count: u32,
+}
+
+// SAFETY: the arena is plain memory owned by the pool; every access to its
+// bytes goes through raw pointers whose use is synchronized by page latches.
+unsafe impl Send for Arena {}
+// SAFETY: as above; `&Arena` only hands out raw pointers.
+unsafe impl Sync for Arena {}
+
+impl Arena {
+    /// Allocates `chunk_count` zeroed chunks of `chunk_size_bytes`.
+    pub(crate) fn new(chunk_size_bytes: usize, chunk_count: u32) -> Result<Self> {
+        let size_bytes = chunk_size_bytes
+            .checked_mul(chunk_count as usize)
+            .ok_or_else(|| PoolError::InvalidConfig {
+                reason: "arena size overflows usize".into(),
+            })?;
+        let layout = Layout::from_size_align(size_bytes, ARENA_ALIGNMENT_BYTES).map_err(|e| {
+            PoolError::InvalidConfig {
+                reason: format!("arena layout: {e}"),
+            }
+        })?;
+        assert!(
+            layout.size() > 0,
+            "the config check guarantees at least two chunks"
+        );
+        // SAFETY: the layout has a non-zero size (asserted above).
+        let raw = unsafe { alloc_zeroed(layout) };
+        let base = NonNull::new(raw).ok_or_else(|| PoolError::InvalidConfig {
+            reason: format!("cannot allocate a {size_bytes}-byte buffer pool"),
+        })?;
+        Ok(Self {
+            base,
+            layout,
+            chunk_size_bytes,
+            chunk_count,
+        })
+    }
+
+    /// Pointer to `len` bytes at `offset` of the arena.
+    pub(crate) fn ptr(&self, offset: usize, len: usize) -> *mut u8 {
+        assert!(
+            offset + len <= self.layout.size(),
+            "arena access out of bounds"
+        );
+        // SAFETY: in bounds of the single allocation (asserted above).
+        unsafe { self.base.as_ptr().add(offset) }
+    }
+
+    /// Number of chunks.
+    pub(crate) fn chunk_count(&self) -> u32 {
+        self.chunk_count
+    }
+
+    /// Size of one chunk (the page size).
+    pub(crate) fn chunk_size_bytes(&self) -> usize {
+        self.chunk_size_bytes
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: `base` was allocated in `new` with exactly `layout`.
+        unsafe { dealloc(self.base.as_ptr(), self.layout) };
+    }
+}
+
+/// What a chunk currently holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChunkUse {
+    /// On the free list.
+    Free,
+    /// One uncompressed frame.
+    Frame,
+    /// Split into blocks; `used_mask` has a bit per used slot.
+    Slab { used_mask: u64 },
+}
+
+/// Bookkeeping of which chunk and slot holds what. Lives under the pool mutex.
+pub(crate) struct ChunkAllocator {
+    uses: Vec<ChunkUse>,
+    free_chunks: Vec<u32>,
+    /// Slab chunks with at least one free slot, and each chunk's position.
+    partial_slabs: Vec<u32>,
+    partial_position: Vec<u32>,
+    slots_per_chunk: u32,
+    free_slot_count: u32,
+}
+
+impl ChunkAllocator {
+    /// All chunks free. `slots_per_chunk` is `page / block` (1 when the pool
+    /// is uncompressed), at most 64 so a `u64` mask covers a slab.
+    pub(crate) fn new(chunk_count: u32, slots_per_chunk: u32) -> Self {
+        assert!((1..=64).contains(&slots_per_chunk));
+        Self {
+            uses: vec![ChunkUse::Free; chunk_count as usize],
+            free_chunks: (0..chunk_count).rev().collect(),
+            partial_slabs: Vec::with_capacity(chunk_count as usize),
+            partial_position: vec![NIL; chunk_count as usize],
+            slots_per_chunk,
+            free_slot_count: 0,
+        }
+    }
+
+    /// Blocks per chunk.
+    pub(crate) fn slots_per_chunk(&self) -> u32 {
+        self.slots_per_chunk
+    }
+
+    /// Chunks not in use.
+    pub(crate) fn free_chunk_count(&self) -> u32 {
+        self.free_chunks.len() as u32
+    }
+
+    /// Free slots inside slab chunks (not counting free chunks).
+    pub(crate) fn free_slot_count(&self) -> u32 {
+        self.free_slot_count
+    }
+
+    /// What a chunk holds.
+    pub(crate) fn chunk_use(&self, chunk: u32) -> ChunkUse {
+        self.uses[chunk as usize]
+    }
+
+    /// Takes a free chunk for a frame.
+    pub(crate) fn alloc_frame(&mut self) -> Option<u32> {
+        let chunk = self.free_chunks.pop()?;
+        self.uses[chunk as usize] = ChunkUse::Frame;
+        Some(chunk)
+    }
+
+    /// Returns a frame's chunk.
+    pub(crate) fn free_frame(&mut self, chunk: u32) {
+        assert_eq!(
+            self.uses[chunk as usize],
+            ChunkUse::Frame,
+            "freeing chunk {chunk} that is no frame"
+        );
+        self.uses[chunk as usize] = ChunkUse::Free;
+        self.free_chunks.push(chunk);
+    }
+
+    /// Takes a block slot, from a partly used slab or by splitting a free chunk.
+    pub(crate) fn alloc_slot(&mut self) -> Option<u32> {
+        let chunk = match self.partial_slabs.last() {
+            Some(&chunk) => chunk,
+            None => {
+                let chunk = self.free_chunks.pop()?;
+                self.uses[chunk as usize] = ChunkUse::Slab { used_mask: 0 };
+                self.free_slot_count += self.slots_per_chunk;
+                self.partial_insert(chunk);
+                chunk
+            }
+        };
+        let ChunkUse::Slab { used_mask } = self.uses[chunk as usize] else {
+            unreachable!("partial slab list holds slab chunks only")
+        };
+        let slot_in_chunk = (!used_mask).trailing_zeros();
+        let used_mask = used_mask | (1 << slot_in_chunk);
+        self.uses[chunk as usize] = ChunkUse::Slab { used_mask };
+        self.free_slot_count -= 1;
+        if used_mask.count_ones() == self.slots_per_chunk {
+            self.partial_remove(chunk);
+        }
+        Some(chunk * self.slots_per_chunk + slot_in_chunk)
+    }
+
+    /// Returns a block slot; an emptied slab chunk becomes free.
+    pub(crate) fn free_slot(&mut self, slot: u32) {
+        let chunk = slot / self.slots_per_chunk;
+        let bit = 1u64 << (slot % self.slots_per_chunk);
+        let ChunkUse::Slab { used_mask } = self.uses[chunk as usize] else {
+            panic!("freeing slot {slot} of chunk {chunk}, which is no slab")
+        };
+        assert!(used_mask & bit != 0, "double free of slot {slot}");
+        let was_full = used_mask.count_ones() == self.slots_per_chunk;
+        let used_mask = used_mask & !bit;
+        self.free_slot_count += 1;
+        if was_full {
+            self.partial_insert(chunk);
+        }
+        if used_mask == 0 {
+            self.partial_remove(chunk);
+            self.free_slot_count -= self.slots_per_chunk;
+            self.uses[chunk as usize] = ChunkUse::Free;
+            self.free_chunks.push(chunk);
+        } else {
+            self.uses[chunk as usize] = ChunkUse::Slab { used_mask };
+        }
+    }
+
+    /// Partly used slab chunks, fewest used slots first (compaction order).
+    pub(crate) fn partial_slabs_by_use(&self) -> Vec<u32> {
+        let mut chunks = self.partial_slabs.clone();
+        chunks.sort_by_key(|&c| match self.uses[c as usize] {
+            ChunkUse::Slab { used_mask } => used_mask.count_ones(),
+            _ => u32::MAX,
+        });
+        chunks
+    }
+
+    /// Used slots of a slab chunk.
+    pub(crate) fn used_slots(&self, chunk: u32) -> impl Iterator<Item = u32> + '_ {
+        let mask = match self.uses[chunk as usize] {
+            ChunkUse::Slab { used_mask } => used_mask,
+            _ => 0,
+        };
+        (0..self.slots_per_chunk)
+            .filter(move |s| mask & (1 << s) != 0)
+            .map(move |s| chunk * self.slots_per_chunk + s)
+    }
+
+    /// Takes a free slot outside `avoid_chunk` (for relocation).
+    pub(crate) fn alloc_slot_outside(&mut self, avoid_chunk: u32) -> Option<u32> {
+        let position = self.partial_slabs.iter().position(|&c| c != avoid_chunk)?;
+        let last = self.partial_slabs.len() - 1;
+        self.partial_slabs.swap(position, last);
+        self.partial_position[self.partial_slabs[position] as usize] = position as u32;
+        self.partial_position[self.partial_slabs[last] as usize] = last as u32;
+        self.alloc_slot()
+    }
+
+    fn partial_insert(&mut self, chunk: u32) {
+        debug_assert_eq!(self.partial_position[chunk as usize], NIL);
+        self.partial_position[chunk as usize] = self.partial_slabs.len() as u32;
+        self.partial_slabs.push(chunk);
+    }
+
+    fn partial_remove(&mut self, chunk: u32) {
+        let position = self.partial_position[chunk as usize];
+        debug_assert_ne!(position, NIL);
+        self.partial_slabs.swap_remove(position as usize);
+        if let Some(&moved) = self.partial_slabs.get(position as usize) {
+            self.partial_position[moved as usize] = position;
+        }
+        self.partial_position[chunk as usize] = NIL;
+    }
+
+    /// Chunks holding frames, and block slots in use.
+    pub(crate) fn usage(&self) -> (u32, u32) {
+        let mut frames = 0;
+        let mut slots = 0;
+        for chunk_use in &self.uses {
+            match chunk_use {
+                ChunkUse::Free => {}
+                ChunkUse::Frame => frames += 1,
+                ChunkUse::Slab { used_mask } => slots += used_mask.count_ones(),
+            }
+        }
+        (frames, slots)
+    }
+
+    /// Checks the free lists against the chunk uses.
+    pub(crate) fn check_invariants(&self) {
+        let mut free_slots = 0;
+        for (chunk, chunk_use) in self.uses.iter().enumerate() {
+            let in_free = self.free_chunks.contains(&(chunk as u32));
+            let in_partial = self.partial_position[chunk] != NIL;
+            match chunk_use {
+                ChunkUse::Free => assert!(in_free && !in_partial, "free chunk {chunk} lists"),
+                ChunkUse::Frame => assert!(!in_free && !in_partial, "frame chunk {chunk} listed"),
+                ChunkUse::Slab { used_mask } => {
+                    let used = used_mask.count_ones();
+                    assert!(used > 0 && !in_free, "empty or free-listed slab {chunk}");
+                    assert!(*used_mask >> self.slots_per_chunk == 0 || self.slots_per_chunk == 64);
+                    assert_eq!(
+                        in_partial,
+                        used < self.slots_per_chunk,
+                        "slab {chunk} partial list"
+                    );
+                    free_slots += self.slots_per_chunk - used;
+                }
+            }
+        }
+        assert_eq!(free_slots, self.free_slot_count, "free slot count");
+        for (position, &chunk) in self.partial_slabs.iter().enumerate() {
+            assert_eq!(self.partial_position[chunk as usize], position as u32);
+        }
+    }
+}

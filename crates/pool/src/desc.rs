@@ -1,0 +1,169 @@
+//! Page descriptors: what the pool knows about one cached page, in the part
+//! that hits read without the pool mutex (pin count, latch, state, where the
+//! frame and block are).
+
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use barracuda_codec::{Lsn, PageId};
+use parking_lot::lock_api::{RawRwLock as _, RawRwLockDowngrade as _};
+
+use crate::arena::NIL;
+
+/// The state of a descriptor. Transitions happen under the pool mutex, and
+/// those that change the frame or block of a pinned page also under its
+/// exclusive latch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum State {
+    /// Unused.
+    Free = 0,
+    /// A miss in progress: the reader holds the latch exclusively.
+    Reading = 1,
+    /// Only the compressed block is cached.
+    Compressed = 2,
+    /// Block and uncompressed frame are cached.
+    Both = 3,
+    /// Uncompressed pool: the frame is the page.
+    Frame = 4,
+    /// The read failed; waiters see this and give up. Reclaimed when unpinned.
+    Failed = 5,
+}
+
+impl State {
+    fn from_u8(value: u8) -> Self {
+        match value {
+            0 => State::Free,
+            1 => State::Reading,
+            2 => State::Compressed,
+            3 => State::Both,
+            4 => State::Frame,
+            _ => State::Failed,
+        }
+    }
+}
+
+pub(crate) struct Desc {
+    latch: parking_lot::RawRwLock,
+    pin_count: AtomicU32,
+    state: AtomicU8,
+    page_id: AtomicU64,
+    frame_chunk: AtomicU32,
+    block_slot: AtomicU32,
+    /// Clock time of the first access since the page was cached, 0 = none.
+    pub(crate) first_access_ms: AtomicU64,
+    /// The pool's eviction clock when the page was last made young.
+    pub(crate) young_clock: AtomicU64,
+}
+
+impl Desc {
+    pub(crate) fn new() -> Self {
+        Self {
+            latch: <parking_lot::RawRwLock as parking_lot::lock_api::RawRwLock>::INIT,
+            pin_count: AtomicU32::new(0),
+            state: AtomicU8::new(State::Free as u8),
+            page_id: AtomicU64::new(u64::MAX),
+            frame_chunk: AtomicU32::new(NIL),
+            block_slot: AtomicU32::new(NIL),
+            first_access_ms: AtomicU64::new(0),
+            young_clock: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn pin(&self) {
+        self.pin_count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn unpin(&self) {
+        let before = self.pin_count.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "unpin of an unpinned page");
+    }
+
+    pub(crate) fn pins(&self) -> u32 {
+        self.pin_count.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn state(&self) -> State {
+        State::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_state(&self, state: State) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+
+    pub(crate) fn page_id(&self) -> PageId {
+        PageId(self.page_id.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_page_id(&self, page_id: PageId) {
+        self.page_id.store(page_id.0, Ordering::Release);
+    }
+
+    pub(crate) fn frame_chunk(&self) -> u32 {
+        self.frame_chunk.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_frame_chunk(&self, chunk: u32) {
+        self.frame_chunk.store(chunk, Ordering::Release);
+    }
+
+    pub(crate) fn block_slot(&self) -> u32 {
+        self.block_slot.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_block_slot(&self, slot: u32) {
+        self.block_slot.store(slot, Ordering::Release);
+    }
+
+    /// Blocks until the latch is held in the given mode.
+    pub(crate) fn lock(&self, exclusive: bool) {
+        if exclusive {
+            self.latch.lock_exclusive();
+        } else {
+            self.latch.lock_shared();
+        }
+    }
+
+    pub(crate) fn try_lock_exclusive(&self) -> bool {
+        self.latch.try_lock_exclusive()
+    }
+
+    pub(crate) fn try_lock_shared(&self) -> bool {
+        self.latch.try_lock_shared()
+    }
+
+    /// Releases the latch.
+    ///
+    /// # Safety
+    /// The caller holds the latch in the given mode.
+    pub(crate) unsafe fn unlock(&self, exclusive: bool) {
+        if exclusive {
+            // SAFETY: the caller holds the latch exclusively.
+            unsafe { self.latch.unlock_exclusive() };
+        } else {
+            // SAFETY: the caller holds the latch shared.
+            unsafe { self.latch.unlock_shared() };
+        }
+    }
+
+    /// Turns an exclusive latch into a shared one without letting a writer in.
+    ///
+    /// # Safety
+    /// The caller holds the latch exclusively.
+    pub(crate) unsafe fn downgrade(&self) {
+        // SAFETY: the caller holds the latch exclusively.
+        unsafe { self.latch.downgrade() };
+    }
+}
+
+/// Dirty state of a page, under the pool mutex.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Dirty {
+    pub(crate) dirty: bool,
+    /// A write of the page is in flight (InnoDB's `io_fix` for writes): two
+    /// flushers holding shared latches must not both write and clean it.
+    pub(crate) writing: bool,
+    /// LSN of the first change since the page was last written.
+    pub(crate) oldest: Lsn,
+    /// LSN of the last change.
+    pub(crate) newest: Lsn,
+}

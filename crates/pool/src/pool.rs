@@ -1,0 +1,948 @@
+//! The buffer pool: fix, miss, unzip, eviction and compaction.
+//!
+//! Lock order (never taken in the other direction):
+//! 1. a page latch (held by a guard; a thread may hold several, in the
+//!    order the tree chooses),
+//! 2. the pool mutex (`inner`: lists, allocator, policy, dirty state),
+//! 3. one page-table shard lock.
+//!
+//! A pin is taken under a shard's read lock; eviction checks "unpinned"
+//! under the same shard's write lock, so a page cannot be pinned and evicted
+//! at once. Latches are only taken by threads holding a pin, so an unpinned
+//! page has no latch holder, and the evictor never waits for a latch. Where
+//! the pool must latch a page it did not fix (flushing a victim while
+//! holding another page's latch) it only tries, and moves on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
+
+use barracuda_codec::PageId;
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::arena::{Arena, ChunkAllocator, NIL};
+use crate::backend::{DurableLsn, PageCodec, PageFile};
+use crate::config::PoolConfig;
+use crate::desc::{Desc, Dirty, State};
+use crate::error::{PoolError, Result};
+use crate::lists::{List, Lru, OldFlags};
+use crate::policy::{LruStats, PolicyState, Victim};
+use crate::status::Counters;
+use crate::table::PageTable;
+
+/// Descriptors beyond one per block slot, for failed reads still pinned by
+/// waiters (reclaimed when they unpin). 64 exceeds any plausible number of
+/// threads waiting on failed reads at once.
+const ZOMBIE_DESC_MARGIN: u32 = 64;
+/// A fix retries memory allocation after flushing a dirty victim at most
+/// this many times before reporting the pool exhausted; each retry writes
+/// one page, so this also bounds the I/O a single fix can cause.
+const ALLOC_RETRIES_MAX: u32 = 64;
+
+/// The services a pool needs: the codec, the data file, and the log's
+/// durable LSN for the write-ahead rule.
+#[derive(Clone)]
+pub struct Services {
+    /// Compression of pages into blocks (unused but for `verify`/`seal` in
+    /// an uncompressed pool).
+    pub codec: Arc<dyn PageCodec>,
+    /// The data file.
+    pub file: Arc<dyn PageFile>,
+    /// How far the write-ahead log is durable.
+    pub durable_lsn: Arc<dyn DurableLsn>,
+    /// Time source; `None` = the real clock.
+    pub clock: Option<ManualClock>,
+}
+
+/// A clock moved by hand, so tests can cross `old_blocks_time_ms` and the
+/// one-second statistics intervals without sleeping.
+#[derive(Clone, Debug, Default)]
+pub struct ManualClock(Arc<AtomicU64>);
+
+impl ManualClock {
+    /// A clock at time zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Moves the clock forward.
+    pub fn advance_ms(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::Relaxed);
+    }
+}
+
+enum Clock {
+    Real(Instant),
+    Manual(ManualClock),
+}
+
+impl Clock {
+    /// Milliseconds since open, plus one so that 0 can mean "never".
+    fn now_ms(&self) -> u64 {
+        1 + match self {
+            Clock::Real(start) => start.elapsed().as_millis() as u64,
+            Clock::Manual(clock) => clock.0.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Why memory could not be found right now.
+pub(crate) enum AllocError {
+    /// Only dirty pages are evictable; this one (pinned for the caller) must
+    /// be written first.
+    NeedFlush(u32),
+    /// Nothing can be freed.
+    Exhausted(&'static str),
+}
+
+/// Memory for one page: a descriptor, a frame chunk, a block slot.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PageMemory {
+    pub(crate) desc: u32,
+    pub(crate) frame_chunk: u32,
+    pub(crate) block_slot: u32,
+}
+
+/// Everything under the pool mutex.
+pub(crate) struct Inner {
+    pub(crate) alloc: ChunkAllocator,
+    pub(crate) lru: Lru,
+    pub(crate) unzip: List,
+    pub(crate) flush: List,
+    pub(crate) dirty: Vec<Dirty>,
+    pub(crate) slot_owner: Vec<u32>,
+    pub(crate) chunk_owner: Vec<u32>,
+    pub(crate) free_descs: Vec<u32>,
+    pub(crate) zombies: Vec<u32>,
+    pub(crate) policy: PolicyState,
+    pub(crate) stats: LruStats,
+    pub(crate) reading_count: u32,
+}
+
+/// A buffer pool over one data file. See the crate documentation.
+pub struct BufferPool {
+    pub(crate) config: PoolConfig,
+    pub(crate) page_size_bytes: usize,
+    /// Size of a page's on-disk unit: the block size, or the page size when
+    /// uncompressed.
+    pub(crate) unit_size_bytes: usize,
+    pub(crate) compressed: bool,
+    pub(crate) arena: Arena,
+    pub(crate) descs: Box<[Desc]>,
+    pub(crate) old_flags: OldFlags,
+    pub(crate) table: PageTable,
+    pub(crate) inner: Mutex<Inner>,
+    pub(crate) services: Services,
+    clock: Clock,
+    /// InnoDB's `freed_page_clock`: pages removed from the LRU so far.
+    pub(crate) evict_clock: AtomicU64,
+    /// LRU length, readable without the mutex.
+    lru_len: AtomicU32,
+    pub(crate) counters: Counters,
+}
+
+impl BufferPool {
+    /// Allocates the whole budget and opens an empty pool.
+    pub fn open(config: PoolConfig, services: Services) -> Result<Self> {
+        config.validate()?;
+        let page = config.page_size_bytes;
+        let unit = config.block_size_bytes().unwrap_or(page);
+        let chunk_count = u32::try_from(config.buffer_pool_bytes / page).map_err(|_| {
+            PoolError::InvalidConfig {
+                reason: "more than 2^32 pages".into(),
+            }
+        })?;
+        let slots_per_chunk = (page / unit) as u32;
+        let desc_count = chunk_count * slots_per_chunk + ZOMBIE_DESC_MARGIN;
+        let arena = Arena::new(page, chunk_count)?;
+        let now_ms = 1;
+        let inner = Inner {
+            alloc: ChunkAllocator::new(chunk_count, slots_per_chunk),
+            lru: Lru::new(desc_count, config.old_blocks_pct),
+            unzip: List::new(desc_count),
+            flush: List::new(desc_count),
+            dirty: vec![Dirty::default(); desc_count as usize],
+            slot_owner: vec![NIL; (chunk_count * slots_per_chunk) as usize],
+            chunk_owner: vec![NIL; chunk_count as usize],
+            free_descs: (0..desc_count).rev().collect(),
+            zombies: Vec::with_capacity(ZOMBIE_DESC_MARGIN as usize),
+            policy: PolicyState::new(
+                config.eviction_policy,
+                chunk_count as usize,
+                (chunk_count * slots_per_chunk) as usize,
+            ),
+            stats: LruStats::new(now_ms),
+            reading_count: 0,
+        };
+        let clock = match services.clock.clone() {
+            Some(manual) => Clock::Manual(manual),
+            None => Clock::Real(Instant::now()),
+        };
+        Ok(Self {
+            page_size_bytes: page,
+            unit_size_bytes: unit,
+            compressed: config.block_size_bytes().is_some(),
+            arena,
+            descs: (0..desc_count).map(|_| Desc::new()).collect(),
+            old_flags: OldFlags::new(desc_count),
+            table: PageTable::new(desc_count),
+            inner: Mutex::new(inner),
+            services,
+            clock,
+            evict_clock: AtomicU64::new(0),
+            lru_len: AtomicU32::new(0),
+            counters: Counters::default(),
+            config,
+        })
+    }
+
+    /// The options the pool was opened with.
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// The frame bytes of a chunk.
+    pub(crate) fn frame_ptr(&self, chunk: u32) -> *mut u8 {
+        self.arena
+            .ptr(chunk as usize * self.page_size_bytes, self.page_size_bytes)
+    }
+
+    /// The block bytes of a slot.
+    pub(crate) fn slot_ptr(&self, slot: u32) -> *mut u8 {
+        self.arena
+            .ptr(slot as usize * self.unit_size_bytes, self.unit_size_bytes)
+    }
+
+    /// Fixes a page: on return it is pinned and latched (shared or
+    /// exclusive) and its frame holds the page.
+    pub(crate) fn fix(&self, page_id: PageId, exclusive: bool) -> Result<u32> {
+        self.counters.page_gets.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let pinned = self.table.with_entry(page_id, |d| {
+                self.descs[d as usize].pin();
+                d
+            });
+            if let Some(d) = pinned {
+                return self.latch_pinned(d, page_id, exclusive);
+            }
+            if let Some(d) = self.read_page(page_id, exclusive)? {
+                return Ok(d);
+            }
+        }
+    }
+
+    /// Latches a pinned page and makes sure it has a frame.
+    fn latch_pinned(&self, d: u32, page_id: PageId, exclusive: bool) -> Result<u32> {
+        let desc = &self.descs[d as usize];
+        desc.lock(exclusive);
+        match desc.state() {
+            State::Both | State::Frame => {}
+            State::Compressed => {
+                if !exclusive {
+                    // SAFETY: locked shared just above.
+                    unsafe { desc.unlock(false) };
+                    desc.lock(true);
+                }
+                if desc.state() == State::Compressed
+                    && let Err(e) = self.unzip(d, page_id)
+                {
+                    // SAFETY: locked exclusively above.
+                    unsafe { desc.unlock(true) };
+                    desc.unpin();
+                    return Err(e);
+                }
+                if !exclusive {
+                    // SAFETY: locked exclusively above.
+                    unsafe { desc.downgrade() };
+                }
+            }
+            State::Failed => {
+                // SAFETY: locked above in this mode.
+                unsafe { desc.unlock(exclusive) };
+                desc.unpin();
+                return Err(PoolError::ReadFailed { page_id });
+            }
+            state @ (State::Free | State::Reading) => {
+                panic!("{page_id}: descriptor {d} in state {state:?} after latching")
+            }
+        }
+        self.touch(d);
+        Ok(d)
+    }
+
+    /// Records an access; makes the page young when InnoDB would.
+    fn touch(&self, d: u32) {
+        let desc = &self.descs[d as usize];
+        let now_ms = self.now_ms();
+        let first_ms = desc.first_access_ms.load(Ordering::Relaxed);
+        if first_ms == 0 {
+            desc.first_access_ms.store(now_ms, Ordering::Relaxed);
+            return;
+        }
+        let evict_clock = self.evict_clock.load(Ordering::Relaxed);
+        if evict_clock == 0 {
+            // No eviction yet: warm-up or an in-memory load; InnoDB does not
+            // reorder the LRU then.
+            return;
+        }
+        let too_old = if self.old_flags.get(d) {
+            now_ms.saturating_sub(first_ms) >= self.config.old_blocks_time_ms
+        } else {
+            // Young pages move only once they drifted a quarter of the young
+            // sublist from the head (InnoDB's `buf_page_peek_if_young`).
+            let lru_len = u64::from(self.lru_len.load(Ordering::Relaxed));
+            let distance = lru_len * u64::from(100 - self.config.old_blocks_pct) / 400;
+            evict_clock > desc.young_clock.load(Ordering::Relaxed) + distance
+        };
+        if too_old {
+            let mut inner = self.inner.lock();
+            self.make_young(&mut inner, d);
+        } else if self.old_flags.get(d) {
+            self.counters.not_made_young.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn make_young(&self, inner: &mut Inner, d: u32) {
+        if !inner.lru.list().contains(d) {
+            return;
+        }
+        inner.lru.make_young(d, &self.old_flags);
+        if inner.unzip.contains(d) {
+            inner.unzip.remove(d);
+            inner.unzip.insert_after(NIL, d);
+        }
+        self.descs[d as usize]
+            .young_clock
+            .store(self.evict_clock.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.counters.made_young.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Inserts `d` into the unzip_LRU after the nearest page before it on the
+    /// LRU that is also on the unzip_LRU, keeping the two orders equal.
+    pub(crate) fn unzip_insert(&self, inner: &mut Inner, d: u32) {
+        let mut before = inner.lru.list().prev(d);
+        while before != NIL && !inner.unzip.contains(before) {
+            before = inner.lru.list().prev(before);
+        }
+        inner.unzip.insert_after(before, d);
+    }
+
+    /// Decompresses the block of a pinned, exclusively latched,
+    /// compressed-only page into a new frame.
+    fn unzip(&self, d: u32, page_id: PageId) -> Result<()> {
+        let desc = &self.descs[d as usize];
+        let (inner, chunk) = self.with_memory(page_id, |inner| self.alloc_frame(inner, d))?;
+        drop(inner);
+        let started = Instant::now();
+        let decompressed = {
+            // SAFETY: the block slot and the new frame belong to this page,
+            // which we hold pinned and exclusively latched; the frame chunk
+            // was just allocated and is reachable by nobody else.
+            let (block, frame) = unsafe { (self.block(desc.block_slot()), self.frame_mut(chunk)) };
+            self.services.codec.decompress(page_id, block, frame)
+        };
+        let cost_ns = started.elapsed().as_nanos() as f64;
+        let mut inner = self.inner.lock();
+        if let Err(e) = decompressed {
+            inner.alloc.free_frame(chunk);
+            return Err(e);
+        }
+        desc.set_frame_chunk(chunk);
+        inner.chunk_owner[chunk as usize] = d;
+        desc.set_state(State::Both);
+        self.unzip_insert(&mut inner, d);
+        inner.stats.advance(self.now_ms());
+        inner.stats.add_unzip();
+        let lru_len = inner.lru.list().len();
+        inner.policy.unzipped(page_id, cost_ns, true, lru_len);
+        self.counters.unzips.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .unzip_time_ns
+            .fetch_add(cost_ns as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A block's bytes.
+    ///
+    /// # Safety
+    /// The caller holds the page's latch (or it is otherwise unreachable)
+    /// and no one writes the block meanwhile.
+    pub(crate) unsafe fn block(&self, slot: u32) -> &[u8] {
+        // SAFETY: the caller guarantees exclusion; the pointer is in bounds.
+        unsafe { std::slice::from_raw_parts(self.slot_ptr(slot), self.unit_size_bytes) }
+    }
+
+    /// A block's bytes, writable.
+    ///
+    /// # Safety
+    /// The caller holds the page's latch exclusively (or it is unreachable).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn block_mut(&self, slot: u32) -> &mut [u8] {
+        // SAFETY: the caller guarantees exclusion; the pointer is in bounds.
+        unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(slot), self.unit_size_bytes) }
+    }
+
+    /// A frame's bytes.
+    ///
+    /// # Safety
+    /// As [`BufferPool::block`].
+    pub(crate) unsafe fn frame(&self, chunk: u32) -> &[u8] {
+        // SAFETY: the caller guarantees exclusion; the pointer is in bounds.
+        unsafe { std::slice::from_raw_parts(self.frame_ptr(chunk), self.page_size_bytes) }
+    }
+
+    /// A frame's bytes, writable.
+    ///
+    /// # Safety
+    /// As [`BufferPool::block_mut`].
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn frame_mut(&self, chunk: u32) -> &mut [u8] {
+        // SAFETY: the caller guarantees exclusion; the pointer is in bounds.
+        unsafe { std::slice::from_raw_parts_mut(self.frame_ptr(chunk), self.page_size_bytes) }
+    }
+
+    /// Runs an allocation under the pool mutex, writing dirty victims and
+    /// retrying as needed. Returns with the mutex held.
+    pub(crate) fn with_memory<T>(
+        &self,
+        page_id: PageId,
+        mut alloc: impl FnMut(&mut Inner) -> Result<T, AllocError>,
+    ) -> Result<(MutexGuard<'_, Inner>, T)> {
+        let mut waited_ms = 0;
+        for _ in 0..ALLOC_RETRIES_MAX + self.config.exhausted_wait_ms {
+            let mut inner = self.inner.lock();
+            inner.stats.advance(self.now_ms());
+            match alloc(&mut inner) {
+                Ok(value) => return Ok((inner, value)),
+                Err(AllocError::NeedFlush(victim)) => {
+                    drop(inner);
+                    let flushed = self.flush_victim(victim);
+                    self.descs[victim as usize].unpin();
+                    flushed?;
+                }
+                Err(AllocError::Exhausted(reason)) => {
+                    // Pages are pinned by other threads: wait for them to be
+                    // released, as InnoDB's `buf_LRU_get_free_block` does,
+                    // but not forever.
+                    drop(inner);
+                    if waited_ms >= self.config.exhausted_wait_ms {
+                        return Err(PoolError::Exhausted { page_id, reason });
+                    }
+                    self.counters.memory_waits.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    waited_ms += 1;
+                }
+            }
+        }
+        Err(PoolError::Exhausted {
+            page_id,
+            reason: "dirty victims kept reappearing",
+        })
+    }
+
+    /// Memory for a page being read or created.
+    pub(crate) fn alloc_page_memory(&self, inner: &mut Inner) -> Result<PageMemory, AllocError> {
+        let desc = self.alloc_desc(inner)?;
+        let frame_chunk = match self.alloc_frame(inner, NIL) {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                inner.free_descs.push(desc);
+                return Err(e);
+            }
+        };
+        let block_slot = if self.compressed {
+            match self.alloc_slot(inner) {
+                Ok(slot) => slot,
+                Err(e) => {
+                    inner.alloc.free_frame(frame_chunk);
+                    inner.free_descs.push(desc);
+                    return Err(e);
+                }
+            }
+        } else {
+            NIL
+        };
+        Ok(PageMemory {
+            desc,
+            frame_chunk,
+            block_slot,
+        })
+    }
+
+    /// Returns memory that was never published.
+    pub(crate) fn free_page_memory(&self, inner: &mut Inner, memory: PageMemory) {
+        inner.alloc.free_frame(memory.frame_chunk);
+        if memory.block_slot != NIL {
+            inner.alloc.free_slot(memory.block_slot);
+        }
+        inner.free_descs.push(memory.desc);
+    }
+
+    fn alloc_desc(&self, inner: &mut Inner) -> Result<u32, AllocError> {
+        loop {
+            if let Some(d) = inner.free_descs.pop() {
+                return Ok(d);
+            }
+            let mut i = 0;
+            while i < inner.zombies.len() {
+                let d = inner.zombies[i];
+                if self.descs[d as usize].pins() == 0 {
+                    inner.zombies.swap_remove(i);
+                    self.descs[d as usize].set_state(State::Free);
+                    inner.free_descs.push(d);
+                } else {
+                    i += 1;
+                }
+            }
+            if !inner.free_descs.is_empty() {
+                continue;
+            }
+            self.evict_tail_page(inner)?;
+        }
+    }
+
+    /// A free chunk for a frame. `own` is the page the caller holds pinned
+    /// and exclusively latched (or `NIL`): its block may be moved by
+    /// compaction, because the caller reads its block slot afterwards.
+    fn alloc_frame(&self, inner: &mut Inner, own: u32) -> Result<u32, AllocError> {
+        loop {
+            if let Some(chunk) = inner.alloc.alloc_frame() {
+                return Ok(chunk);
+            }
+            if inner.alloc.free_slot_count() >= inner.alloc.slots_per_chunk()
+                && self.compact(inner, own)
+            {
+                continue;
+            }
+            self.evict_one(inner)?;
+        }
+    }
+
+    fn alloc_slot(&self, inner: &mut Inner) -> Result<u32, AllocError> {
+        loop {
+            if let Some(slot) = inner.alloc.alloc_slot() {
+                return Ok(slot);
+            }
+            self.evict_one(inner)?;
+        }
+    }
+
+    /// Frees memory by one step of the eviction policy.
+    fn evict_one(&self, inner: &mut Inner) -> Result<(), AllocError> {
+        let victim = inner.policy.choose(
+            inner.lru.list().len(),
+            inner.unzip.len(),
+            self.evict_clock.load(Ordering::Relaxed) != 0,
+            &inner.stats,
+        );
+        if victim == Victim::Frame && self.drop_tail_frame(inner) {
+            return Ok(());
+        }
+        self.evict_tail_page(inner)
+    }
+
+    /// Drops the frame of the least recent unpinned page of the unzip_LRU.
+    fn drop_tail_frame(&self, inner: &mut Inner) -> bool {
+        let mut d = inner.unzip.tail();
+        while d != NIL {
+            if self.try_drop_frame(inner, d) {
+                return true;
+            }
+            d = inner.unzip.prev(d);
+        }
+        false
+    }
+
+    fn try_drop_frame(&self, inner: &mut Inner, d: u32) -> bool {
+        // Rule 4 of the design: the unzip_LRU never falls below 10% of the LRU.
+        assert!(
+            inner.unzip.len() > PolicyState::floor_len(inner.lru.list().len()),
+            "frame drop below the unzip_LRU floor"
+        );
+        let desc = &self.descs[d as usize];
+        let page_id = desc.page_id();
+        let shard = self.table.lock(page_id);
+        if desc.pins() != 0 {
+            return false;
+        }
+        let chunk = desc.frame_chunk();
+        desc.set_frame_chunk(NIL);
+        desc.set_state(State::Compressed);
+        drop(shard);
+        inner.unzip.remove(d);
+        inner.alloc.free_frame(chunk);
+        inner.chunk_owner[chunk as usize] = NIL;
+        inner.policy.frame_dropped(page_id);
+        self.counters.frames_dropped.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Evicts the least recent unpinned clean page; failing that, drops a
+    /// frame (above the floor) or asks for a dirty victim to be written.
+    fn evict_tail_page(&self, inner: &mut Inner) -> Result<(), AllocError> {
+        let durable = self.services.durable_lsn.durable_lsn();
+        let mut dirty_victim = NIL;
+        let mut d = inner.lru.list().tail();
+        while d != NIL {
+            let dirty = inner.dirty[d as usize];
+            if !dirty.dirty {
+                if self.try_evict_page(inner, d) {
+                    return Ok(());
+                }
+            } else if dirty_victim == NIL
+                && self.durable_at(dirty.newest, durable)
+                && self.descs[d as usize].pins() == 0
+            {
+                dirty_victim = d;
+            }
+            d = inner.lru.list().prev(d);
+        }
+        if inner.unzip.len() > PolicyState::floor_len(inner.lru.list().len())
+            && self.drop_tail_frame(inner)
+        {
+            return Ok(());
+        }
+        if dirty_victim != NIL {
+            let page_id = self.descs[dirty_victim as usize].page_id();
+            let pinned = self.table.with_entry(page_id, |e| {
+                debug_assert_eq!(e, dirty_victim);
+                self.descs[e as usize].pin();
+            });
+            if pinned.is_some() {
+                return Err(AllocError::NeedFlush(dirty_victim));
+            }
+        }
+        Err(AllocError::Exhausted(
+            "every page is pinned, or dirty and waiting for the log",
+        ))
+    }
+
+    fn try_evict_page(&self, inner: &mut Inner, d: u32) -> bool {
+        let desc = &self.descs[d as usize];
+        let page_id = desc.page_id();
+        let mut shard = self.table.lock(page_id);
+        if desc.pins() != 0 {
+            return false;
+        }
+        shard.remove(&page_id);
+        drop(shard);
+        self.release_cached(inner, d);
+        desc.set_state(State::Free);
+        inner.free_descs.push(d);
+        if self.compressed {
+            inner.policy.page_evicted(page_id);
+        }
+        self.evict_clock.fetch_add(1, Ordering::Relaxed);
+        self.counters.pages_evicted.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Takes a cached page off the lists and frees its memory.
+    fn release_cached(&self, inner: &mut Inner, d: u32) {
+        let desc = &self.descs[d as usize];
+        inner.lru.remove(d, &self.old_flags);
+        self.lru_len
+            .store(inner.lru.list().len(), Ordering::Relaxed);
+        if inner.unzip.contains(d) {
+            inner.unzip.remove(d);
+        }
+        let chunk = desc.frame_chunk();
+        if chunk != NIL {
+            inner.alloc.free_frame(chunk);
+            inner.chunk_owner[chunk as usize] = NIL;
+            desc.set_frame_chunk(NIL);
+        }
+        let slot = desc.block_slot();
+        if slot != NIL {
+            inner.alloc.free_slot(slot);
+            inner.slot_owner[slot as usize] = NIL;
+            desc.set_block_slot(NIL);
+        }
+        desc.first_access_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// Moves the blocks of the emptiest slab chunk into free slots of other
+    /// chunks, freeing it for a frame (InnoDB's `buf_buddy_relocate`).
+    fn compact(&self, inner: &mut Inner, own: u32) -> bool {
+        for chunk in inner.alloc.partial_slabs_by_use() {
+            let slots: Vec<u32> = inner.alloc.used_slots(chunk).collect();
+            for slot in slots {
+                if !self.relocate(inner, slot, chunk, own) {
+                    break;
+                }
+            }
+            if inner.alloc.chunk_use(chunk) == crate::arena::ChunkUse::Free {
+                self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Moves one unpinned block (or the caller's own) out of `chunk`.
+    fn relocate(&self, inner: &mut Inner, slot: u32, chunk: u32, own: u32) -> bool {
+        let d = inner.slot_owner[slot as usize];
+        let desc = &self.descs[d as usize];
+        let page_id = desc.page_id();
+        let _shard = self.table.lock(page_id);
+        if d != own && desc.pins() != 0 {
+            return false;
+        }
+        let Some(new_slot) = inner.alloc.alloc_slot_outside(chunk) else {
+            return false;
+        };
+        // SAFETY: the page is unpinned and its shard write-locked, so no
+        // guard can reach either slot (or it is the caller's own page, whose
+        // block the caller does not touch during allocation); the two slots
+        // are distinct.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.slot_ptr(slot),
+                self.slot_ptr(new_slot),
+                self.unit_size_bytes,
+            )
+        };
+        desc.set_block_slot(new_slot);
+        inner.slot_owner[new_slot as usize] = d;
+        inner.slot_owner[slot as usize] = NIL;
+        inner.alloc.free_slot(slot);
+        true
+    }
+
+    /// Publishes a page whose frame (and block) hold its contents: LRU
+    /// (midpoint, or head when `young`), unzip_LRU.
+    pub(crate) fn publish(&self, inner: &mut Inner, memory: PageMemory, young: bool) {
+        let d = memory.desc;
+        let desc = &self.descs[d as usize];
+        if young {
+            inner.lru.insert_new(d, &self.old_flags);
+            inner.lru.make_young(d, &self.old_flags);
+        } else {
+            inner.lru.insert_new(d, &self.old_flags);
+        }
+        self.lru_len
+            .store(inner.lru.list().len(), Ordering::Relaxed);
+        desc.young_clock
+            .store(self.evict_clock.load(Ordering::Relaxed), Ordering::Relaxed);
+        desc.first_access_ms.store(self.now_ms(), Ordering::Relaxed);
+        if self.compressed {
+            desc.set_state(State::Both);
+            self.unzip_insert(inner, d);
+        } else {
+            desc.set_state(State::Frame);
+        }
+    }
+
+    /// Registers memory for `page_id` in the page table, pinned and
+    /// exclusively latched by the caller. `None` if the page is already there.
+    pub(crate) fn claim(&self, inner: &mut Inner, page_id: PageId, memory: PageMemory) -> bool {
+        let mut shard = self.table.lock(page_id);
+        if shard.contains_key(&page_id) {
+            return false;
+        }
+        let d = memory.desc;
+        let desc = &self.descs[d as usize];
+        assert_eq!(desc.pins(), 0, "free descriptor {d} is pinned");
+        assert!(desc.try_lock_exclusive(), "free descriptor {d} is latched");
+        desc.pin();
+        desc.set_page_id(page_id);
+        desc.set_state(State::Reading);
+        desc.set_frame_chunk(memory.frame_chunk);
+        desc.set_block_slot(memory.block_slot);
+        inner.chunk_owner[memory.frame_chunk as usize] = d;
+        if memory.block_slot != NIL {
+            inner.slot_owner[memory.block_slot as usize] = d;
+        }
+        inner.dirty[d as usize] = Dirty::default();
+        shard.insert(page_id, d);
+        true
+    }
+
+    /// A miss: reads, verifies and decompresses the page. `None` if another
+    /// thread cached it meanwhile (the caller retries the lookup).
+    fn read_page(&self, page_id: PageId, exclusive: bool) -> Result<Option<u32>> {
+        let (mut inner, memory) =
+            self.with_memory(page_id, |inner| self.alloc_page_memory(inner))?;
+        if !self.claim(&mut inner, page_id, memory) {
+            self.free_page_memory(&mut inner, memory);
+            return Ok(None);
+        }
+        inner.reading_count += 1;
+        drop(inner);
+        let d = memory.desc;
+        let desc = &self.descs[d as usize];
+        match self.load(page_id, memory) {
+            Ok((read_ns, unzip_ns)) => {
+                let mut inner = self.inner.lock();
+                inner.reading_count -= 1;
+                self.publish(&mut inner, memory, false);
+                let lru_len = inner.lru.list().len();
+                inner.stats.advance(self.now_ms());
+                inner.stats.add_io(1);
+                inner.policy.missed(page_id, read_ns, lru_len);
+                if self.compressed {
+                    inner.stats.add_unzip();
+                    inner.policy.unzipped(page_id, unzip_ns, false, lru_len);
+                    self.counters
+                        .unzip_time_ns
+                        .fetch_add(unzip_ns as u64, Ordering::Relaxed);
+                }
+                drop(inner);
+                self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .read_time_ns
+                    .fetch_add(read_ns as u64, Ordering::Relaxed);
+                if !exclusive {
+                    // SAFETY: `claim` latched the page exclusively for us.
+                    unsafe { desc.downgrade() };
+                }
+                Ok(Some(d))
+            }
+            Err(e) => {
+                self.abort_read(page_id, memory);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads the page's unit into its block (or frame), verifies it and
+    /// decompresses it. Returns the read and unzip times in ns.
+    fn load(&self, page_id: PageId, memory: PageMemory) -> Result<(f64, f64)> {
+        let offset = page_id.0 * self.unit_size_bytes as u64;
+        let started = Instant::now();
+        // SAFETY: the memory was just claimed for this page, which we hold
+        // pinned and exclusively latched; nobody else can reach it.
+        let frame = unsafe { self.frame_mut(memory.frame_chunk) };
+        if !self.compressed {
+            self.services.file.read_at(offset, frame)?;
+            self.services.codec.verify(page_id, frame)?;
+            return Ok((started.elapsed().as_nanos() as f64, 0.0));
+        }
+        // SAFETY: as above, for the block slot.
+        let block = unsafe { self.block_mut(memory.block_slot) };
+        self.services.file.read_at(offset, block)?;
+        self.services.codec.verify(page_id, block)?;
+        let read_ns = started.elapsed().as_nanos() as f64;
+        let started = Instant::now();
+        self.services.codec.decompress(page_id, block, frame)?;
+        Ok((read_ns, started.elapsed().as_nanos() as f64))
+    }
+
+    /// Undoes a claimed read that failed: waiters will see `Failed`.
+    fn abort_read(&self, page_id: PageId, memory: PageMemory) {
+        let d = memory.desc;
+        let desc = &self.descs[d as usize];
+        let mut inner = self.inner.lock();
+        inner.reading_count -= 1;
+        self.table.lock(page_id).remove(&page_id);
+        inner.alloc.free_frame(memory.frame_chunk);
+        inner.chunk_owner[memory.frame_chunk as usize] = NIL;
+        if memory.block_slot != NIL {
+            inner.alloc.free_slot(memory.block_slot);
+            inner.slot_owner[memory.block_slot as usize] = NIL;
+        }
+        desc.set_frame_chunk(NIL);
+        desc.set_block_slot(NIL);
+        desc.set_state(State::Failed);
+        inner.zombies.push(d);
+        drop(inner);
+        // SAFETY: `claim` latched the page exclusively for us.
+        unsafe { desc.unlock(true) };
+        desc.unpin();
+    }
+
+    /// Caches a new page, zero-filled, exclusively latched. Its block is
+    /// compressed from the zero page; the caller's `commit` makes it dirty.
+    pub(crate) fn create_page(&self, page_id: PageId) -> Result<u32> {
+        let (mut inner, memory) =
+            self.with_memory(page_id, |inner| self.alloc_page_memory(inner))?;
+        if !self.claim(&mut inner, page_id, memory) {
+            self.free_page_memory(&mut inner, memory);
+            return Err(PoolError::AlreadyExists { page_id });
+        }
+        inner.reading_count += 1;
+        drop(inner);
+        if let Err(e) = self.format_new(page_id, memory) {
+            self.abort_read(page_id, memory);
+            return Err(e);
+        }
+        let mut inner = self.inner.lock();
+        inner.reading_count -= 1;
+        self.publish(&mut inner, memory, true);
+        self.counters.pages_created.fetch_add(1, Ordering::Relaxed);
+        Ok(memory.desc)
+    }
+
+    /// Zero-fills a claimed page and compresses the zero page into its block.
+    fn format_new(&self, page_id: PageId, memory: PageMemory) -> Result<()> {
+        // SAFETY: just claimed for this page, pinned and latched by us.
+        let frame = unsafe { self.frame_mut(memory.frame_chunk) };
+        frame.fill(0);
+        let outcome = if self.compressed {
+            // SAFETY: as above.
+            let block = unsafe { self.block_mut(memory.block_slot) };
+            block.fill(0);
+            self.services.codec.compress(page_id, frame, block)?
+        } else {
+            // The on-disk image of an uncompressed page is the page with the
+            // codec's header: store it once to write that header.
+            let mut image = vec![0; self.page_size_bytes];
+            let outcome = self.services.codec.compress(page_id, frame, &mut image)?;
+            frame.copy_from_slice(&image);
+            outcome
+        };
+        if outcome == crate::backend::CompressOutcome::DoesNotFit {
+            return Err(PoolError::Corrupted {
+                page_id,
+                reason: "a zero page does not fit its block".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Number of the pool's chunks (page-size units of the budget).
+    pub fn chunk_count(&self) -> u32 {
+        self.arena.chunk_count()
+    }
+
+    /// Bytes of the budget actually allocated (chunks times page size).
+    pub fn budget_bytes(&self) -> usize {
+        self.arena.chunk_count() as usize * self.arena.chunk_size_bytes()
+    }
+}
+
+impl BufferPool {
+    /// Evicts a page if it is cached, clean and unpinned (for tests and
+    /// tools: forces the next fix to read). Returns whether it did.
+    pub fn evict(&self, page_id: PageId) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(d) = self.table.with_entry(page_id, |d| d) else {
+            return false;
+        };
+        if inner.dirty[d as usize].dirty || !inner.lru.list().contains(d) {
+            return false;
+        }
+        self.try_evict_page(&mut inner, d)
+    }
+}
+
+impl BufferPool {
+    /// Drops a page's uncompressed frame if it has one, is unpinned, and the
+    /// unzip_LRU stays above its floor (for tests, benchmarks and tools: the
+    /// next fix unzips). Returns whether it did.
+    pub fn drop_frame(&self, page_id: PageId) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(d) = self.table.with_entry(page_id, |d| d) else {
+            return false;
+        };
+        let above_floor = inner.unzip.len() > PolicyState::floor_len(inner.lru.list().len());
+        if !inner.unzip.contains(d) || !above_floor {
+            return false;
+        }
+        self.try_drop_frame(&mut inner, d)
+    }
+}

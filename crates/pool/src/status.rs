@@ -1,0 +1,291 @@
+//! Counters and the status report, like the buffer pool section of
+//! `SHOW ENGINE INNODB STATUS` plus `INNODB_CMP`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::{IntervalCounts, PolicyStatus};
+use crate::pool::BufferPool;
+
+/// Event counters, updated without the pool mutex.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) page_gets: AtomicU64,
+    pub(crate) pages_read: AtomicU64,
+    pub(crate) pages_created: AtomicU64,
+    pub(crate) pages_written: AtomicU64,
+    pub(crate) unzips: AtomicU64,
+    pub(crate) unzip_time_ns: AtomicU64,
+    pub(crate) read_time_ns: AtomicU64,
+    pub(crate) frames_dropped: AtomicU64,
+    pub(crate) pages_evicted: AtomicU64,
+    pub(crate) made_young: AtomicU64,
+    pub(crate) not_made_young: AtomicU64,
+    pub(crate) compactions: AtomicU64,
+    pub(crate) recompressions: AtomicU64,
+    pub(crate) compression_failures: AtomicU64,
+    pub(crate) write_ahead_waits: AtomicU64,
+    pub(crate) memory_waits: AtomicU64,
+    /// `page_gets` and `pages_read` at the previous status, for the hit rate
+    /// over the last interval.
+    pub(crate) last_gets: AtomicU64,
+    pub(crate) last_reads: AtomicU64,
+}
+
+/// Compression counters of the codec, like `INNODB_CMP` for one block size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodecCounters {
+    /// Block size these counters are for.
+    pub block_size_bytes: u64,
+    /// Compressions attempted.
+    pub compress_ops: u64,
+    /// Compressions that fit the block.
+    pub compress_ops_ok: u64,
+    /// Time spent compressing, µs.
+    pub compress_time_us: u64,
+    /// Decompressions.
+    pub uncompress_ops: u64,
+    /// Time spent decompressing, µs.
+    pub uncompress_time_us: u64,
+}
+
+/// A snapshot of the pool's state and counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolStatus {
+    /// Hit rate per 1000 page gets since the previous status (1000 when no
+    /// page was read).
+    pub hit_rate_per_mille: u64,
+    /// Page gets since the previous status.
+    pub interval_page_gets: u64,
+    /// Pages on the LRU (every cached page).
+    pub lru_len: u64,
+    /// Pages in the old sublist.
+    pub old_lru_len: u64,
+    /// Pages on the unzip_LRU (cached with a frame).
+    pub unzip_lru_len: u64,
+    /// I/O (reads + writes): sum over the 50-second window, current second.
+    pub io_sum: u64,
+    /// I/O in the current second.
+    pub io_cur: u64,
+    /// Decompressions: sum over the window.
+    pub unzip_sum: u64,
+    /// Decompressions in the current second.
+    pub unzip_cur: u64,
+    /// Fixes since open.
+    pub page_gets: u64,
+    /// Pages read from the file (misses).
+    pub pages_read: u64,
+    /// Pages created.
+    pub pages_created: u64,
+    /// Pages written.
+    pub pages_written: u64,
+    /// Unzips of a cached block on a hit.
+    pub unzips: u64,
+    /// Frames dropped (block kept).
+    pub frames_dropped: u64,
+    /// Whole pages evicted.
+    pub pages_evicted: u64,
+    /// Pages made young.
+    pub pages_made_young: u64,
+    /// Accesses to old pages that did not make them young.
+    pub pages_not_made_young: u64,
+    /// Slab chunks emptied by moving blocks (for a frame).
+    pub compactions: u64,
+    /// Recompressions because the modification log was full.
+    pub recompressions: u64,
+    /// Commits that did not fit the block (the tree split the page).
+    pub compression_failures: u64,
+    /// Writes put off because the log was not durable yet.
+    pub write_ahead_waits: u64,
+    /// Times a fix waited 1 ms for pinned pages to be released.
+    pub memory_waits: u64,
+    /// Dirty pages (on the flush list).
+    pub dirty_pages: u64,
+    /// Bytes of frames and blocks in use.
+    pub bytes_used: u64,
+    /// The budget, rounded down to whole pages.
+    pub budget_bytes: u64,
+    /// Uncompressed frames in use.
+    pub frame_count: u64,
+    /// Compressed blocks in use.
+    pub block_count: u64,
+    /// Free chunks.
+    pub free_chunk_count: u64,
+    /// Average time of a miss's read, ns.
+    pub read_time_avg_ns: u64,
+    /// Average time of a decompression, ns.
+    pub unzip_time_avg_ns: u64,
+    /// The eviction policy's state.
+    pub policy: PolicyStatus,
+    /// The codec's counters.
+    pub codec: CodecCounters,
+}
+
+impl BufferPool {
+    /// A snapshot of the counters; the hit rate covers the time since the
+    /// previous call, as InnoDB's does since the previous status printout.
+    pub fn status(&self) -> PoolStatus {
+        let c = &self.counters;
+        let gets = c.page_gets.load(Ordering::Relaxed);
+        let reads = c.pages_read.load(Ordering::Relaxed);
+        let interval_gets = gets - c.last_gets.swap(gets, Ordering::Relaxed);
+        let interval_reads = reads.saturating_sub(c.last_reads.swap(reads, Ordering::Relaxed));
+        let hit_rate_per_mille = (interval_reads * 1000)
+            .checked_div(interval_gets)
+            .map_or(1000, |miss_rate| 1000 - miss_rate.min(1000));
+        let inner = self.inner.lock();
+        let (sum, cur): (IntervalCounts, IntervalCounts) = inner.stats.sum_and_cur();
+        let (frames, blocks) = inner.alloc.usage();
+        let unzip_ops = c.unzips.load(Ordering::Relaxed) + if self.compressed { reads } else { 0 };
+        PoolStatus {
+            hit_rate_per_mille,
+            interval_page_gets: interval_gets,
+            lru_len: u64::from(inner.lru.list().len()),
+            old_lru_len: u64::from(inner.lru.old_len()),
+            unzip_lru_len: u64::from(inner.unzip.len()),
+            io_sum: sum.io,
+            io_cur: cur.io,
+            unzip_sum: sum.unzip,
+            unzip_cur: cur.unzip,
+            page_gets: gets,
+            pages_read: reads,
+            pages_created: c.pages_created.load(Ordering::Relaxed),
+            pages_written: c.pages_written.load(Ordering::Relaxed),
+            unzips: c.unzips.load(Ordering::Relaxed),
+            frames_dropped: c.frames_dropped.load(Ordering::Relaxed),
+            pages_evicted: c.pages_evicted.load(Ordering::Relaxed),
+            pages_made_young: c.made_young.load(Ordering::Relaxed),
+            pages_not_made_young: c.not_made_young.load(Ordering::Relaxed),
+            compactions: c.compactions.load(Ordering::Relaxed),
+            recompressions: c.recompressions.load(Ordering::Relaxed),
+            compression_failures: c.compression_failures.load(Ordering::Relaxed),
+            write_ahead_waits: c.write_ahead_waits.load(Ordering::Relaxed),
+            memory_waits: c.memory_waits.load(Ordering::Relaxed),
+            dirty_pages: u64::from(inner.flush.len()),
+            bytes_used: u64::from(frames) * self.page_size_bytes as u64
+                + u64::from(blocks) * self.unit_size_bytes as u64,
+            budget_bytes: self.budget_bytes() as u64,
+            frame_count: u64::from(frames),
+            block_count: u64::from(blocks),
+            free_chunk_count: u64::from(inner.alloc.free_chunk_count()),
+            read_time_avg_ns: c.read_time_ns.load(Ordering::Relaxed) / reads.max(1),
+            unzip_time_avg_ns: c.unzip_time_ns.load(Ordering::Relaxed) / unzip_ops.max(1),
+            policy: inner.policy.status(),
+            codec: self.services.codec.counters(),
+        }
+    }
+}
+
+impl PoolStatus {
+    /// Renders the status like InnoDB's `BUFFER POOL AND MEMORY` section.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "----------------------\nBUFFER POOL AND MEMORY\n----------------------"
+        );
+        let _ = writeln!(out, "Buffer pool size (bytes) {}", self.budget_bytes);
+        let _ = writeln!(out, "Bytes used       {}", self.bytes_used);
+        let _ = writeln!(out, "Free chunks      {}", self.free_chunk_count);
+        let _ = writeln!(out, "Frames           {}", self.frame_count);
+        let _ = writeln!(out, "Blocks           {}", self.block_count);
+        let _ = writeln!(out, "Modified db pages {}", self.dirty_pages);
+        let _ = writeln!(
+            out,
+            "Pages made young {}, not young {}",
+            self.pages_made_young, self.pages_not_made_young
+        );
+        let _ = writeln!(
+            out,
+            "Pages read {}, created {}, written {}",
+            self.pages_read, self.pages_created, self.pages_written
+        );
+        let _ = writeln!(
+            out,
+            "Frames dropped {}, pages evicted {}, compactions {}",
+            self.frames_dropped, self.pages_evicted, self.compactions
+        );
+        let _ = writeln!(
+            out,
+            "Buffer pool hit rate {} / 1000",
+            self.hit_rate_per_mille
+        );
+        let _ = writeln!(
+            out,
+            "LRU len: {}, unzip_LRU len: {}, old LRU len: {}",
+            self.lru_len, self.unzip_lru_len, self.old_lru_len
+        );
+        let _ = writeln!(
+            out,
+            "I/O sum[{}]:cur[{}], unzip sum[{}]:cur[{}]",
+            self.io_sum, self.io_cur, self.unzip_sum, self.unzip_cur
+        );
+        let p = &self.policy;
+        let _ = writeln!(
+            out,
+            "Policy: unzip {} ns, miss {} ns, frame target {}/1000, ghost hits frames {} blocks {}",
+            p.unzip_cost_ns,
+            p.miss_cost_ns,
+            p.target_frame_share_per_mille,
+            p.ghost_frame_hits,
+            p.ghost_block_hits
+        );
+        let z = &self.codec;
+        let _ = writeln!(
+            out,
+            "Compression ({} B blocks): compress ops {}, ok {}, time {} us; uncompress ops {}, time {} us",
+            z.block_size_bytes,
+            z.compress_ops,
+            z.compress_ops_ok,
+            z.compress_time_us,
+            z.uncompress_ops,
+            z.uncompress_time_us
+        );
+        let _ = writeln!(
+            out,
+            "Recompressions {}, compression failures {}, write-ahead waits {}",
+            self.recompressions, self.compression_failures, self.write_ahead_waits
+        );
+        out
+    }
+}
+
+/// One page of the LRU, as [`BufferPool::lru_snapshot`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LruEntry {
+    /// The page.
+    pub page_id: barracuda_codec::PageId,
+    /// In the old sublist.
+    pub old: bool,
+    /// Has an uncompressed frame (on the unzip_LRU).
+    pub has_frame: bool,
+    /// Has changes not yet written.
+    pub dirty: bool,
+    /// Fixed by at least one guard.
+    pub pinned: bool,
+}
+
+impl BufferPool {
+    /// The LRU from head (most recent) to tail, for tests, `barracuda dump`
+    /// and debugging. Takes the pool mutex for the whole walk.
+    pub fn lru_snapshot(&self) -> Vec<LruEntry> {
+        let inner = self.inner.lock();
+        inner
+            .lru
+            .list()
+            .iter()
+            .map(|d| {
+                let desc = &self.descs[d as usize];
+                LruEntry {
+                    page_id: desc.page_id(),
+                    old: self.old_flags.get(d),
+                    has_frame: desc.frame_chunk() != crate::arena::NIL,
+                    dirty: inner.dirty[d as usize].dirty,
+                    pinned: desc.pins() != 0,
+                }
+            })
+            .collect()
+    }
+}

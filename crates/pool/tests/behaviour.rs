@@ -1,0 +1,304 @@
+//! Behaviours of the pool one at a time: the write-ahead rule, rollback of a
+//! page that no longer fits, one I/O for concurrent misses of one page, and
+//! scan resistance of the midpoint LRU.
+
+// Test helpers outside `#[test]` functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use barracuda_codec::{BlockSize, Codec, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
+use barracuda_pool::testing::{MemoryFile, SimpleCodec};
+use barracuda_pool::{
+    BufferPool, CodecService, CommitOutcome, FileService, ManualClock, PageFile, PageFormat,
+    PoolConfig, Result, Services,
+};
+
+fn simple_pool(
+    format: PageFormat,
+    chunk_count: usize,
+    file: Arc<dyn PageFile>,
+    durable: Arc<AtomicU64>,
+    clock: Option<ManualClock>,
+) -> BufferPool {
+    let services = Services {
+        codec: Arc::new(if format == PageFormat::Uncompressed {
+            SimpleCodec::stored()
+        } else {
+            SimpleCodec::default()
+        }),
+        file,
+        durable_lsn: Arc::new(move || Lsn(durable.load(Ordering::Relaxed))),
+        clock,
+    };
+    let config = PoolConfig::default()
+        .page_size_bytes(4096)
+        .format(format)
+        .buffer_pool_bytes(chunk_count * 4096);
+    BufferPool::open(config, services).unwrap()
+}
+
+#[test]
+fn a_page_is_written_only_after_the_log_is_durable_up_to_its_lsn() {
+    let file = Arc::new(MemoryFile::default());
+    let durable = Arc::new(AtomicU64::new(5));
+    let pool = simple_pool(
+        PageFormat::Compressed {
+            block_size_bytes: 1024,
+        },
+        4,
+        file.clone(),
+        durable.clone(),
+        None,
+    );
+    let mut guard = pool.create(PageId(3)).unwrap();
+    guard.write(100, b"redo first").unwrap();
+    assert_eq!(guard.commit(Lsn(10)).unwrap(), CommitOutcome::Fits);
+    drop(guard);
+    assert_eq!(pool.oldest_dirty_lsn(), Some(Lsn(10)));
+    assert_eq!(
+        pool.flush_some(10).unwrap(),
+        0,
+        "written before its log record is durable"
+    );
+    assert_eq!(file.writes.load(Ordering::Relaxed), 0);
+    assert!(!pool.evict(PageId(3)), "a dirty page cannot be evicted");
+    durable.store(10, Ordering::Relaxed);
+    assert_eq!(pool.flush_some(10).unwrap(), 1);
+    assert_eq!(pool.dirty_page_count(), 0);
+    // The block on disk is sealed with the page's LSN and verifies.
+    let mut block = vec![0; 1024];
+    file.read_at(3 * 1024, &mut block).unwrap();
+    assert_eq!(u64::from_le_bytes(block[8..16].try_into().unwrap()), 10);
+    assert!(pool.evict(PageId(3)));
+    assert_eq!(
+        &pool.fix_shared(PageId(3)).unwrap()[100..110],
+        b"redo first"
+    );
+    pool.check_invariants();
+}
+
+/// Noise that zlib cannot compress.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+#[test]
+fn a_change_that_no_longer_fits_is_rolled_back_and_reported() {
+    let geometry = Geometry::new(16 << 10, BlockSize::Kib4).unwrap();
+    let services = Services {
+        codec: Arc::new(CodecService::new(Codec::zlib_default(), geometry).unwrap()),
+        file: Arc::new(FileService::new(Arc::new(barracuda_io::MemoryFile::new(
+            "fit",
+        )))),
+        durable_lsn: Arc::new(|| Lsn(u64::MAX)),
+        clock: None,
+    };
+    let config = PoolConfig::default()
+        .format(PageFormat::Compressed {
+            block_size_bytes: 4096,
+        })
+        .buffer_pool_bytes(8 << 16);
+    let pool = BufferPool::open(config, services).unwrap();
+    assert_eq!(
+        pool.create(PageId(1)).unwrap().commit(Lsn(1)).unwrap(),
+        CommitOutcome::Fits
+    );
+    let mut committed = pool.fix_shared(PageId(1)).unwrap().page().to_vec();
+    let mut offset = PAGE_HEADER_RESERVED_BYTES;
+    let mut outcome = CommitOutcome::Fits;
+    for round in 0..64 {
+        let bytes = noise(round, 256);
+        let mut guard = pool.fix_exclusive(PageId(1)).unwrap();
+        guard.write(offset, &bytes).unwrap();
+        outcome = guard.commit(Lsn(2 + round)).unwrap();
+        if outcome == CommitOutcome::DoesNotFit {
+            assert!(
+                guard.page()[PAGE_HEADER_RESERVED_BYTES..]
+                    == committed[PAGE_HEADER_RESERVED_BYTES..]
+            );
+            break;
+        }
+        committed[offset..offset + 256].copy_from_slice(&bytes);
+        offset += 256;
+    }
+    assert_eq!(
+        outcome,
+        CommitOutcome::DoesNotFit,
+        "4 KiB of noise cannot fit a 4 KiB block"
+    );
+    let status = pool.status();
+    assert_eq!(status.compression_failures, 1);
+    assert!(status.recompressions >= 1);
+    // The block holds exactly the committed bytes: drop the frame and reload.
+    pool.flush_all().unwrap();
+    assert!(pool.evict(PageId(1)));
+    let page = pool.fix_shared(PageId(1)).unwrap();
+    assert!(page[PAGE_HEADER_RESERVED_BYTES..] == committed[PAGE_HEADER_RESERVED_BYTES..]);
+    drop(page);
+    pool.check_invariants();
+}
+
+/// A file whose reads take a while and are counted.
+struct SlowFile {
+    inner: MemoryFile,
+    reads: AtomicU64,
+}
+
+impl PageFile for SlowFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(30));
+        self.inner.read_at(offset, buf)
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.inner.write_at(offset, buf)
+    }
+
+    fn sync_data(&self) -> Result<()> {
+        self.inner.sync_data()
+    }
+}
+
+#[test]
+fn threads_missing_the_same_page_cause_one_read() {
+    let file = Arc::new(SlowFile {
+        inner: MemoryFile::default(),
+        reads: AtomicU64::new(0),
+    });
+    let pool = Arc::new(simple_pool(
+        PageFormat::Compressed {
+            block_size_bytes: 1024,
+        },
+        8,
+        file.clone(),
+        Arc::new(AtomicU64::new(u64::MAX)),
+        None,
+    ));
+    let mut guard = pool.create(PageId(9)).unwrap();
+    guard.write(64, b"shared").unwrap();
+    guard.commit(Lsn(1)).unwrap();
+    drop(guard);
+    pool.flush_all().unwrap();
+    assert!(pool.evict(PageId(9)));
+    let barrier = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (pool, barrier) = (Arc::clone(&pool), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                pool.fix_shared(PageId(9)).unwrap()[64..70].to_vec()
+            })
+        })
+        .collect();
+    for thread in threads {
+        assert_eq!(thread.join().unwrap(), b"shared");
+    }
+    assert_eq!(file.reads.load(Ordering::Relaxed), 1);
+    pool.check_invariants();
+}
+
+#[test]
+/// With 32 frames the old sublist holds 11 pages, enough for the 8 hot pages
+/// to be accessed again (and made young) before they reach the tail; new
+/// pages enter the old sublist, so a scan of 120 pages only cycles through it.
+fn one_scan_does_not_flush_the_hot_set() {
+    let clock = ManualClock::new();
+    let file = Arc::new(MemoryFile::default());
+    let pool = simple_pool(
+        PageFormat::Uncompressed,
+        32,
+        file,
+        Arc::new(AtomicU64::new(u64::MAX)),
+        Some(clock.clone()),
+    );
+    for page in 0..128 {
+        pool.create(PageId(page))
+            .unwrap()
+            .commit(Lsn(page))
+            .unwrap();
+        pool.flush_some(usize::MAX).unwrap();
+    }
+    let hot: Vec<u64> = (0..8).collect();
+    // Warm up: touch the hot set twice, more than old_blocks_time apart.
+    for _ in 0..3 {
+        for &page in &hot {
+            drop(pool.fix_shared(PageId(page)).unwrap());
+        }
+        clock.advance_ms(1500);
+    }
+    for &page in &hot {
+        drop(pool.fix_shared(PageId(page)).unwrap());
+    }
+    let cached = |page: u64| {
+        pool.lru_snapshot()
+            .iter()
+            .any(|e| e.page_id == PageId(page))
+    };
+    assert!(
+        hot.iter().all(|&p| cached(p)),
+        "hot set not cached after warm-up: {:?}\n{}",
+        pool.lru_snapshot(),
+        pool.status().render()
+    );
+    // One scan over everything else, within one second.
+    for page in 8..128 {
+        drop(pool.fix_shared(PageId(page)).unwrap());
+        pool.check_invariants();
+    }
+    assert!(
+        hot.iter().all(|&p| cached(p)),
+        "a scan flushed the hot set: {:?}",
+        pool.lru_snapshot()
+    );
+}
+
+#[test]
+fn a_page_committed_before_its_lsn_is_known_waits_for_it() {
+    let file = Arc::new(MemoryFile::default());
+    let durable = Arc::new(AtomicU64::new(u64::MAX));
+    let pool = simple_pool(
+        PageFormat::Compressed {
+            block_size_bytes: 1024,
+        },
+        4,
+        file.clone(),
+        durable,
+        None,
+    );
+    assert_eq!(
+        pool.create(PageId(1)).unwrap().commit(Lsn(1)).unwrap(),
+        CommitOutcome::Fits
+    );
+    pool.flush_all().unwrap();
+    let mut guard = pool.fix_exclusive(PageId(1)).unwrap();
+    guard.write(200, b"op").unwrap();
+    let logged: Vec<(usize, Vec<u8>)> = guard
+        .pending_patches()
+        .map(|(o, b)| (o, b.to_vec()))
+        .collect();
+    assert_eq!(logged, vec![(200, b"op".to_vec())]);
+    assert_eq!(guard.commit_pending_lsn().unwrap(), CommitOutcome::Fits);
+    drop(guard);
+    assert_eq!(
+        pool.flush_some(8).unwrap(),
+        0,
+        "written before its log record exists"
+    );
+    assert!(!pool.evict(PageId(1)));
+    assert!(pool.set_page_lsn(PageId(1), Lsn(7)));
+    assert_eq!(pool.oldest_dirty_lsn(), Some(Lsn(7)));
+    assert_eq!(pool.flush_some(8).unwrap(), 1);
+    pool.check_invariants();
+}
