@@ -62,6 +62,11 @@ pub struct Args {
     /// Seconds per configuration.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
+    /// Path threads: the submitter offers this many times T x D requests,
+    /// so each I/O thread finds its next request queued when one completes
+    /// (as read-ahead, which queues many pages at once). 1 = no backlog.
+    #[arg(long, default_value_t = 2)]
+    backlog: u32,
     /// Run every configuration this many times, interleaved.
     #[arg(long, default_value_t = 1)]
     repeat: u32,
@@ -176,7 +181,7 @@ fn measure(args: &Args, config: &Config<'_>, repeat: usize) -> anyhow::Result<Ro
         .read_io_threads(config.threads)
         .write_io_threads(config.threads)
         .queue_depth(config.depth)
-        .buffer_count(outstanding.max(config.depth as usize))
+        .buffer_count(outstanding * args.backlog.max(1) as usize)
         .buffer_size_bytes(block_bytes.max(4096));
     let file = barracuda_io::open(&args.file, &options)
         .with_context(|| format!("open {}", args.file.display()))?;
@@ -189,7 +194,7 @@ fn measure(args: &Args, config: &Config<'_>, repeat: usize) -> anyhow::Result<Ro
     };
     let started = Instant::now();
     let mut latencies_ns = match config.path {
-        "threads" => workload.through_threads(outstanding)?,
+        "threads" => workload.through_threads(outstanding * args.backlog.max(1) as usize)?,
         "direct" => workload.direct(config.depth as usize)?,
         other => bail!("unknown path {other} (threads or direct)"),
     };
