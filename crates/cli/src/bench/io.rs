@@ -121,6 +121,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             }
         }
     }
+    if args.fio {
+        print_ratios(&rows);
+    }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&rows).context("serialize results")?;
         std::fs::write(path, text).with_context(|| format!("write {}", path.display()))?;
@@ -390,20 +393,24 @@ fn run_fio(args: &Args, op: &str, depth: u32, repeat: usize) -> anyhow::Result<R
     } else {
         "randread"
     };
+    let fio_args = [
+        "--name=r".to_string(),
+        format!("--filename={}", args.file.display()),
+        "--ioengine=io_uring".into(),
+        "--direct=1".into(),
+        format!("--bs={}k", args.block_kib),
+        format!("--rw={rw}"),
+        format!("--iodepth={depth}"),
+        format!("--runtime={}", args.seconds.ceil() as u64),
+        "--time_based".into(),
+        format!("--size={}m", args.size_mib),
+        "--output-format=json".into(),
+    ];
+    if repeat == 0 {
+        eprintln!("fio {}", fio_args.join(" "));
+    }
     let output = Command::new("fio")
-        .args([
-            "--name=r",
-            "--ioengine=io_uring",
-            "--direct=1",
-            "--time_based",
-            "--output-format=json",
-        ])
-        .arg(format!("--filename={}", args.file.display()))
-        .arg(format!("--bs={}k", args.block_kib))
-        .arg(format!("--rw={rw}"))
-        .arg(format!("--iodepth={depth}"))
-        .arg(format!("--runtime={}", args.seconds.ceil() as u64))
-        .arg(format!("--size={}m", args.size_mib))
+        .args(&fio_args)
         .output()
         .context("run fio (apt-get install -y fio)")?;
     if !output.status.success() {
@@ -428,6 +435,38 @@ fn run_fio(args: &Args, op: &str, depth: u32, repeat: usize) -> anyhow::Result<R
         p50_us: percentile("50.000000"),
         p99_us: percentile("99.000000"),
     })
+}
+
+/// Median over repeats of each configuration's IOPS divided by fio's IOPS
+/// at the same depth, operation and repeat (fio ran right before it).
+fn print_ratios(rows: &[Row]) {
+    let mut ratios: std::collections::BTreeMap<(String, String, String, usize, u32), Vec<f64>> =
+        std::collections::BTreeMap::new();
+    for row in rows.iter().filter(|r| r.backend != "fio") {
+        let fio = rows.iter().find(|f| {
+            f.backend == "fio" && f.op == row.op && f.depth == row.depth && f.repeat == row.repeat
+        });
+        if let Some(fio) = fio.filter(|f| f.iops > 0.0) {
+            let key = (
+                row.backend.clone(),
+                row.op.clone(),
+                row.path.clone(),
+                row.threads,
+                row.depth,
+            );
+            ratios.entry(key).or_default().push(row.iops / fio.iops);
+        }
+    }
+    println!("\nIOPS / fio IOPS at the same depth (median over repeats, then all values):");
+    for ((backend, op, path, threads, depth), mut values) in ratios {
+        values.sort_by(f64::total_cmp);
+        let median = values[values.len() / 2];
+        let all: Vec<String> = values.iter().map(|v| format!("{v:.2}")).collect();
+        println!(
+            "{backend:<6} {op:<5} {path:<8} threads {threads:>2} depth {depth:>3}: {median:.2}  [{}]",
+            all.join(" ")
+        );
+    }
 }
 
 fn print_header() {
