@@ -126,7 +126,7 @@ struct Wake {
 impl Wake {
     fn new() -> std::io::Result<Wake> {
         // SAFETY: eventfd takes no pointers; we own the returned descriptor.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -143,6 +143,14 @@ impl Wake {
         if self.sleeping.swap(false, Ordering::SeqCst) {
             self.force();
         }
+    }
+
+    /// Resets the eventfd's counter after its poll fired.
+    fn drain(&self) {
+        let mut value: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our non-blocking
+        // eventfd; EAGAIN (already drained) is harmless.
+        let _ = unsafe { libc::read(self.eventfd.as_raw_fd(), (&raw mut value).cast(), 8) };
     }
 
     fn force(&self) {
@@ -360,7 +368,6 @@ struct RingLoop {
     wake: Arc<Wake>,
     slots: Vec<Option<Task>>,
     free_slots: Vec<usize>,
-    wake_buf: Box<u64>,
     wake_armed: bool,
     closing: bool,
     reaped: Vec<(u64, i32)>,
@@ -386,7 +393,6 @@ impl RingLoop {
             wake,
             slots: (0..depth).map(|_| None).collect(),
             free_slots: (0..depth).rev().collect(),
-            wake_buf: Box::new(0),
             wake_armed: false,
             closing: false,
             reaped: Vec::with_capacity(depth + 1),
@@ -430,7 +436,9 @@ impl RingLoop {
 
     fn arm_wake(&mut self) {
         let fd = types::Fd(self.wake.eventfd.as_raw_fd());
-        let entry = opcode::Read::new(fd, (&raw mut *self.wake_buf).cast(), 8)
+        // A poll, not a read: a read of a blocking eventfd could park an
+        // io-wq kernel thread, whose wake-up costs a second scheduling.
+        let entry = opcode::PollAdd::new(fd, libc::POLLIN as u32)
             .build()
             .user_data(WAKE_USER_DATA);
         self.push(&entry);
@@ -483,7 +491,7 @@ impl RingLoop {
     fn push(&mut self, entry: &io_uring::squeue::Entry) {
         loop {
             // SAFETY: the entry's buffer belongs to a task kept in `slots`
-            // (or to `wake_buf`) until its completion is reaped.
+            // until its completion is reaped (the wake poll has no buffer).
             if unsafe { self.ring.submission().push(entry) }.is_ok() {
                 return;
             }
@@ -505,6 +513,7 @@ impl RingLoop {
         for index in 0..self.reaped.len() {
             let (user_data, result) = self.reaped[index];
             if user_data == WAKE_USER_DATA {
+                self.wake.drain();
                 self.wake_armed = false;
                 if !self.closing {
                     self.arm_wake();
