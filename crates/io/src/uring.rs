@@ -3,7 +3,7 @@
 //! Threads: `read_io_threads` + `write_io_threads` workers, each owning a
 //! ring of `queue_depth` entries (plus one for its wake-up read). Callers
 //! hand requests to a worker over a channel and, if the worker is asleep in
-//! `io_uring_enter`, wake it through an eventfd whose read is always
+//! `io_uring_enter`, wake it through an eventfd whose poll is always
 //! pending in its ring. A worker with nothing to do sleeps in the kernel;
 //! nothing spins. `read_at` by default runs on the calling thread on a
 //! small thread-local ring (InnoDB's synchronous page reads); batches and
