@@ -371,6 +371,7 @@ struct RingLoop {
     wake_armed: bool,
     closing: bool,
     reaped: Vec<(u64, i32)>,
+    finished: Vec<(Task, Result<(), IoError>)>,
 }
 
 impl RingLoop {
@@ -396,6 +397,7 @@ impl RingLoop {
             wake_armed: false,
             closing: false,
             reaped: Vec::with_capacity(depth + 1),
+            finished: Vec::with_capacity(depth),
         }
     }
 
@@ -527,6 +529,20 @@ impl RingLoop {
             self.free_slots.push(slot);
             let (op, offset_bytes, ptr, len_bytes) = task.parts();
             let outcome = finish(&self.core, op, offset_bytes, ptr, len_bytes, result);
+            self.finished.push((task, outcome));
+        }
+        if self.finished.is_empty() {
+            return;
+        }
+        // Start the queued requests before waking the callers, so the
+        // device does not idle while completions are handed out.
+        self.fill();
+        if !self.ring.submission().is_empty()
+            && let Err(e) = self.ring.submit()
+        {
+            tracing::error!("io_uring submit failed: {e}");
+        }
+        for (task, outcome) in self.finished.drain(..) {
             task.deliver(outcome);
         }
     }
