@@ -154,30 +154,28 @@ pub trait BlockFile: Send + Sync + Debug {
 /// it cannot be set up (the reason is logged at `warn`).
 pub fn open(path: &Path, options: &IoOptions) -> Result<Arc<dyn BlockFile>, IoError> {
     options.validate()?;
-    let rings = match options.backend {
-        Backend::Pread => None,
+    let use_uring = match options.backend {
+        Backend::Pread => false,
         Backend::Uring => {
-            let rings = uring::setup_rings(options);
-            Some(rings.map_err(|source| IoError::RingSetup {
-                path: path.to_path_buf(),
-                source,
-            })?)
+            let probed = uring::probe(options);
+            let path = path.to_path_buf();
+            probed.map_err(|source| IoError::RingSetup { path, source })?;
+            true
         }
-        Backend::Auto => match uring::setup_rings(options) {
-            Ok(rings) => Some(rings),
+        Backend::Auto => match uring::probe(options) {
+            Ok(()) => true,
             Err(e) => {
-                tracing::warn!(
-                    "io_uring unavailable for {}, using pread/pwrite: {e}",
-                    path.display()
-                );
-                None
+                let shown = path.display();
+                tracing::warn!("io_uring unavailable for {shown}, using pread/pwrite: {e}");
+                false
             }
         },
     };
     let opened = sys::open_file(path, options)?;
-    match rings {
-        Some(rings) => Ok(Arc::new(UringFile::from_parts(opened, rings, options)?)),
-        None => Ok(Arc::new(PreadFile::from_opened(opened, options)?)),
+    if use_uring {
+        Ok(Arc::new(UringFile::from_opened(opened, options)?))
+    } else {
+        Ok(Arc::new(PreadFile::from_opened(opened, options)?))
     }
 }
 

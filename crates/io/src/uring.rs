@@ -3,7 +3,7 @@
 //! Threads: `read_io_threads` + `write_io_threads` workers, each owning a
 //! ring of `queue_depth` entries (plus one for its wake-up read). Callers
 //! hand requests to a worker over a channel and, if the worker is asleep in
-//! `io_uring_enter`, wake it through an eventfd whose read is always
+//! `io_uring_enter`, wake it through an eventfd whose poll is always
 //! pending in its ring. A worker with nothing to do sleeps in the kernel;
 //! nothing spins. `read_at` by default runs on the calling thread on a
 //! small thread-local ring (InnoDB's synchronous page reads); batches and
@@ -126,7 +126,7 @@ struct Wake {
 impl Wake {
     fn new() -> std::io::Result<Wake> {
         // SAFETY: eventfd takes no pointers; we own the returned descriptor.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -143,6 +143,14 @@ impl Wake {
         if self.sleeping.swap(false, Ordering::SeqCst) {
             self.force();
         }
+    }
+
+    /// Resets the eventfd's counter after its poll fired.
+    fn drain(&self) {
+        let mut value: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our non-blocking
+        // eventfd; EAGAIN (already drained) is harmless.
+        let _ = unsafe { libc::read(self.eventfd.as_raw_fd(), (&raw mut value).cast(), 8) };
     }
 
     fn force(&self) {
@@ -191,19 +199,34 @@ impl std::fmt::Debug for UringFile {
     }
 }
 
-/// Builds one ring per I/O thread; fails if io_uring is unavailable.
-pub(crate) fn setup_rings(options: &IoOptions) -> std::io::Result<Vec<IoUring>> {
-    let count = options.read_io_threads + options.write_io_threads;
-    let mut rings = Vec::with_capacity(count);
-    for _ in 0..count {
-        let mut builder = IoUring::builder();
-        if options.sqpoll {
-            builder.setup_sqpoll(SQPOLL_IDLE_MS);
-        }
-        // One extra entry for the always-pending eventfd read.
-        rings.push(builder.build(options.queue_depth + 1)?);
+/// Checks that io_uring can be set up with these options (one ring, then
+/// dropped); the workers build their own rings on their own threads.
+pub(crate) fn probe(options: &IoOptions) -> std::io::Result<()> {
+    build_ring(options.queue_depth + 1, options.sqpoll).map(drop)
+}
+
+/// Builds a ring for the calling thread. Without SQPOLL it asks for
+/// single-issuer, deferred and cooperative task work (completions are run
+/// when the owner waits, without interrupting it; fio does the same), and
+/// falls back to a plain ring on kernels before 6.1.
+fn build_ring(entries: u32, sqpoll: bool) -> std::io::Result<IoUring> {
+    if sqpoll {
+        return IoUring::builder()
+            .setup_sqpoll(SQPOLL_IDLE_MS)
+            .build(entries);
     }
-    Ok(rings)
+    let tuned = IoUring::builder()
+        .setup_coop_taskrun()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(entries);
+    match tuned {
+        Ok(ring) => Ok(ring),
+        Err(e) => {
+            tracing::debug!("io_uring without deferred task work: {e}");
+            IoUring::builder().build(entries)
+        }
+    }
 }
 
 impl UringFile {
@@ -211,17 +234,16 @@ impl UringFile {
     /// io_uring cannot be set up (use [`crate::open`] for the fallback).
     pub fn open(path: &Path, options: &IoOptions) -> Result<UringFile, IoError> {
         options.validate()?;
-        let rings = setup_rings(options).map_err(|source| IoError::RingSetup {
+        probe(options).map_err(|source| IoError::RingSetup {
             path: path.to_path_buf(),
             source,
         })?;
         let opened = crate::sys::open_file(path, options)?;
-        UringFile::from_parts(opened, rings, options)
+        UringFile::from_opened(opened, options)
     }
 
-    pub(crate) fn from_parts(
+    pub(crate) fn from_opened(
         opened: OpenedFile,
-        mut rings: Vec<IoUring>,
         options: &IoOptions,
     ) -> Result<UringFile, IoError> {
         let bufs = BufPool::new(
@@ -230,17 +252,8 @@ impl UringFile {
             opened.alignment.mem_bytes,
         );
         let core = Arc::new(DiskCore::new(opened));
-        let mut spawn = |kind: &str, index: usize| {
-            let ring = rings
-                .pop()
-                .ok_or_else(|| ring_error(&core, "fewer rings than threads"))?;
-            spawn_worker(
-                &core,
-                &bufs,
-                ring,
-                options.queue_depth,
-                format!("bcuda-uring-{kind}-{index}"),
-            )
+        let spawn = |kind: &str, index: usize| {
+            spawn_worker(&core, &bufs, options, format!("bcuda-uring-{kind}-{index}"))
         };
         let readers = (0..options.read_io_threads)
             .map(|i| spawn("read", i))
@@ -289,36 +302,40 @@ impl UringFile {
     }
 }
 
-fn ring_error(core: &DiskCore, what: &str) -> IoError {
-    IoError::RingSetup {
-        path: core.path().to_path_buf(),
-        source: std::io::Error::other(what.to_string()),
-    }
-}
-
 fn spawn_worker(
     core: &Arc<DiskCore>,
     bufs: &BufPool,
-    ring: IoUring,
-    depth: u32,
+    options: &IoOptions,
     name: String,
 ) -> Result<Worker, IoError> {
     let wake = Arc::new(Wake::new().map_err(|e| os_error(OpKind::Open, core.path(), 0, 0, e))?);
     let (tx, rx) = crossbeam_channel::unbounded();
-    let fixed = register_buffers(&ring, bufs);
-    let ring_loop = RingLoop::new(
-        ring,
-        Arc::clone(core),
-        bufs.clone(),
-        fixed,
-        rx,
-        Arc::clone(&wake),
-        depth,
-    );
-    let handle = std::thread::Builder::new()
-        .name(name)
-        .spawn(move || ring_loop.run())
-        .map_err(|e| os_error(OpKind::Open, core.path(), 0, 0, e))?;
+    let (setup_tx, setup_rx) = std::sync::mpsc::sync_channel(1);
+    let (entries, sqpoll, depth) = (options.queue_depth + 1, options.sqpoll, options.queue_depth);
+    let (core_in, bufs_in, wake_in) = (Arc::clone(core), bufs.clone(), Arc::clone(&wake));
+    // The ring is built on its own thread: a single-issuer ring belongs to
+    // the thread that creates it.
+    let body = move || {
+        let ring = match build_ring(entries, sqpoll) {
+            Ok(ring) => ring,
+            Err(e) => return drop(setup_tx.send(Err(e))),
+        };
+        let fixed = register_buffers(&ring, &bufs_in);
+        let _ = setup_tx.send(Ok(()));
+        RingLoop::new(ring, core_in, bufs_in, fixed, rx, wake_in, depth).run();
+    };
+    let spawned = std::thread::Builder::new().name(name).spawn(body);
+    let handle = spawned.map_err(|e| os_error(OpKind::Open, core.path(), 0, 0, e))?;
+    let setup = setup_rx
+        .recv()
+        .unwrap_or_else(|_| Err(std::io::Error::other("I/O thread exited during setup")));
+    if let Err(source) = setup {
+        let _ = handle.join();
+        return Err(IoError::RingSetup {
+            path: core.path().to_path_buf(),
+            source,
+        });
+    }
     Ok(Worker {
         tx: Some(tx),
         wake,
@@ -351,10 +368,10 @@ struct RingLoop {
     wake: Arc<Wake>,
     slots: Vec<Option<Task>>,
     free_slots: Vec<usize>,
-    wake_buf: Box<u64>,
     wake_armed: bool,
     closing: bool,
     reaped: Vec<(u64, i32)>,
+    finished: Vec<(Task, Result<(), IoError>)>,
 }
 
 impl RingLoop {
@@ -377,10 +394,10 @@ impl RingLoop {
             wake,
             slots: (0..depth).map(|_| None).collect(),
             free_slots: (0..depth).rev().collect(),
-            wake_buf: Box::new(0),
             wake_armed: false,
             closing: false,
             reaped: Vec::with_capacity(depth + 1),
+            finished: Vec::with_capacity(depth),
         }
     }
 
@@ -421,7 +438,9 @@ impl RingLoop {
 
     fn arm_wake(&mut self) {
         let fd = types::Fd(self.wake.eventfd.as_raw_fd());
-        let entry = opcode::Read::new(fd, (&raw mut *self.wake_buf).cast(), 8)
+        // A poll, not a read: a read of a blocking eventfd could park an
+        // io-wq kernel thread, whose wake-up costs a second scheduling.
+        let entry = opcode::PollAdd::new(fd, libc::POLLIN as u32)
             .build()
             .user_data(WAKE_USER_DATA);
         self.push(&entry);
@@ -474,7 +493,7 @@ impl RingLoop {
     fn push(&mut self, entry: &io_uring::squeue::Entry) {
         loop {
             // SAFETY: the entry's buffer belongs to a task kept in `slots`
-            // (or to `wake_buf`) until its completion is reaped.
+            // until its completion is reaped (the wake poll has no buffer).
             if unsafe { self.ring.submission().push(entry) }.is_ok() {
                 return;
             }
@@ -496,6 +515,7 @@ impl RingLoop {
         for index in 0..self.reaped.len() {
             let (user_data, result) = self.reaped[index];
             if user_data == WAKE_USER_DATA {
+                self.wake.drain();
                 self.wake_armed = false;
                 if !self.closing {
                     self.arm_wake();
@@ -509,6 +529,20 @@ impl RingLoop {
             self.free_slots.push(slot);
             let (op, offset_bytes, ptr, len_bytes) = task.parts();
             let outcome = finish(&self.core, op, offset_bytes, ptr, len_bytes, result);
+            self.finished.push((task, outcome));
+        }
+        if self.finished.is_empty() {
+            return;
+        }
+        // Start the queued requests before waking the callers, so the
+        // device does not idle while completions are handed out.
+        self.fill();
+        if !self.ring.submission().is_empty()
+            && let Err(e) = self.ring.submit()
+        {
+            tracing::error!("io_uring submit failed: {e}");
+        }
+        for (task, outcome) in self.finished.drain(..) {
             task.deliver(outcome);
         }
     }
@@ -587,7 +621,7 @@ fn local_ring_read(core: &DiskCore, offset_bytes: u64, buf: &mut [u8]) -> Result
     let result = LOCAL_RING.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
-            *slot = IoUring::new(LOCAL_RING_ENTRIES).ok();
+            *slot = build_ring(LOCAL_RING_ENTRIES, false).ok();
         }
         let ring = slot.as_mut()?;
         let len = buf.len().min(RING_REQUEST_BYTES_MAX) as u32;
