@@ -4,6 +4,9 @@
 //! recompressions and compression failures.
 #![no_main]
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use arbitrary::Arbitrary;
 use barracuda_codec::{
     BlockCodec, BlockSize, Codec, CompressOutcome, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES,
@@ -12,6 +15,9 @@ use barracuda_codec::{
 
 /// Patches per input: enough to fill the log of a 16 KiB block several times.
 const PATCH_COUNT_MAX: usize = 64;
+/// Decoding a 64 KiB page after every patch would dominate the run time; a
+/// divergence is still caught by the periodic and the final check.
+const CHECK_EVERY_STEPS: usize = 8;
 /// zstd levels above this take milliseconds per 64 KiB page, which would
 /// starve the fuzzer; the levels share one code path.
 const FUZZ_ZSTD_LEVEL_MAX: u8 = 9;
@@ -50,26 +56,54 @@ struct Input {
     patches: Vec<Patch>,
 }
 
-fn setup(input: &Input) -> Option<(BlockCodec, Vec<u8>)> {
-    let page_size_bytes = 1usize << (12 + input.page_log2 % 5);
-    let (codec, block_size) = match input.codec {
-        CodecChoice::None => (Codec::None, BlockSize::Uncompressed),
-        CodecChoice::Zlib(level) => (
-            Codec::Zlib {
-                level: 1 + u32::from(level % 9),
-            },
-            BlockSize::ALL[usize::from(input.block_index) % 5],
-        ),
-        CodecChoice::Zstd(level) => (
-            Codec::Zstd {
-                level: 1 + i32::from(level % FUZZ_ZSTD_LEVEL_MAX),
+/// Codec objects by (codec kind, level, page log2, block size index): creating
+/// zstd and zlib contexts per input would dominate the run time under the
+/// sanitizers, and reuse across inputs is what the pool does anyway.
+type CoderKey = (u8, u8, u8, usize);
+
+thread_local! {
+    static CODERS: RefCell<HashMap<CoderKey, BlockCodec>> = RefCell::new(HashMap::new());
+}
+
+fn coder_for(input: &Input) -> Option<(CoderKey, BlockCodec)> {
+    let page_log2 = 12 + input.page_log2 % 5;
+    let block_index = usize::from(input.block_index) % 5;
+    let (key, codec, block_size) = match input.codec {
+        CodecChoice::None => ((0, 0, page_log2, 5), Codec::None, BlockSize::Uncompressed),
+        CodecChoice::Zlib(level) => {
+            let level = 1 + level % 9;
+            (
+                (1, level, page_log2, block_index),
+                Codec::Zlib {
+                    level: u32::from(level),
+                },
+                BlockSize::ALL[block_index],
+            )
+        }
+        CodecChoice::Zstd(level) => {
+            let level = 1 + level % FUZZ_ZSTD_LEVEL_MAX;
+            let codec = Codec::Zstd {
+                level: i32::from(level),
                 dictionary: None,
-            },
-            BlockSize::ALL[usize::from(input.block_index) % 5],
-        ),
+            };
+            (
+                (2, level, page_log2, block_index),
+                codec,
+                BlockSize::ALL[block_index],
+            )
+        }
     };
-    let geometry = Geometry::new(page_size_bytes, block_size).ok()?;
-    let coder = BlockCodec::new(codec, geometry).expect("levels and geometry are valid");
+    if let Some(coder) = CODERS.with(|c| c.borrow_mut().remove(&key)) {
+        return Some((key, coder));
+    }
+    let geometry = Geometry::new(1usize << page_log2, block_size).ok()?;
+    Some((
+        key,
+        BlockCodec::new(codec, geometry).expect("levels and geometry are valid"),
+    ))
+}
+
+fn page_for(input: &Input, page_size_bytes: usize) -> Vec<u8> {
     let mut page = vec![0; page_size_bytes];
     match &input.content {
         Content::Bytes(bytes) if !bytes.is_empty() => {
@@ -86,7 +120,7 @@ fn setup(input: &Input) -> Option<(BlockCodec, Vec<u8>)> {
             );
         }
     }
-    Some((coder, page))
+    page
 }
 
 fn check(coder: &mut BlockCodec, block: &[u8], model: &[u8], frame: &mut [u8]) {
@@ -102,9 +136,15 @@ fn check(coder: &mut BlockCodec, block: &[u8], model: &[u8], frame: &mut [u8]) {
 }
 
 libfuzzer_sys::fuzz_target!(|input: Input| {
-    let Some((mut coder, mut model)) = setup(&input) else {
+    let Some((key, mut coder)) = coder_for(&input) else {
         return;
     };
+    run(&input, &mut coder);
+    CODERS.with(|c| c.borrow_mut().insert(key, coder));
+});
+
+fn run(input: &Input, coder: &mut BlockCodec) {
+    let mut model = page_for(input, coder.geometry().page_size_bytes());
     let geometry = coder.geometry();
     let mut block = vec![0; geometry.block_size_bytes()];
     let mut frame = vec![0; geometry.page_size_bytes()];
@@ -119,7 +159,7 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
             return;
         }
     }
-    check(&mut coder, &block, &model, &mut frame);
+    check(coder, &block, &model, &mut frame);
     for (step, patch) in input.patches.iter().take(PATCH_COUNT_MAX).enumerate() {
         let lsn = Lsn(2 + step as u64);
         let span = geometry.page_size_bytes() - PAGE_HEADER_RESERVED_BYTES;
@@ -156,6 +196,9 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
             seal(&mut block, lsn).expect("seal");
             assert_eq!(verify(&block, page_id).expect("verify").lsn, lsn);
         }
-        check(&mut coder, &block, &model, &mut frame);
+        if step % CHECK_EVERY_STEPS == 0 {
+            check(coder, &block, &model, &mut frame);
+        }
     }
-});
+    check(coder, &block, &model, &mut frame);
+}

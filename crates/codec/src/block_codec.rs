@@ -266,3 +266,9 @@ impl BlockCodec {
         self.compress(scratch_frame, header.page_id, header.lsn, block)
     }
 }
+
+// The pool gives each thread its own codec, so it must move between threads.
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<BlockCodec>();
+};
