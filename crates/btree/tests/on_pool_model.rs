@@ -25,6 +25,8 @@ struct Model {
     policy: SplitPolicy,
     format: Format,
     eviction: EvictionPolicy,
+    /// Some values are random bytes (see [`IncompressibleMachine`]).
+    incompressible: bool,
     map: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
@@ -51,8 +53,23 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-/// Values: mostly small, some near the inline limit, a few overflowing.
-fn value() -> impl Strategy<Value = Vec<u8>> {
+/// Values: mostly small, some near the inline limit, a few overflowing;
+/// with `incompressible`, some random.
+fn value(incompressible: bool) -> BoxedStrategy<Vec<u8>> {
+    if incompressible {
+        // Random bytes fill 2 KiB blocks, so commits fail to fit and the
+        // pool rolls pages back.
+        return prop_oneof![
+            3 => compressible_value(),
+            1 => proptest::collection::vec(any::<u8>(), 0..1500),
+        ]
+        .boxed();
+    }
+    compressible_value().boxed()
+}
+
+/// The values of the `MemStore` model test.
+fn compressible_value() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         6 => (any::<u8>(), 0usize..300).prop_map(|(b, n)| vec![b; n]),
         2 => (any::<u8>(), 300usize..2048).prop_map(|(b, n)| vec![b; n]),
@@ -84,6 +101,7 @@ impl ReferenceStateMachine for ModelMachine {
                 policy,
                 format,
                 eviction,
+                incompressible: false,
                 map: BTreeMap::new(),
             })
             .boxed()
@@ -97,7 +115,7 @@ impl ReferenceStateMachine for ModelMachine {
             prop_oneof![key(), proptest::sample::select(existing)].boxed()
         };
         prop_oneof![
-            8 => (key(), value()).prop_map(|(k, v)| Step::Insert(k, v)),
+            8 => (key(), value(state.incompressible)).prop_map(|(k, v)| Step::Insert(k, v)),
             3 => known.clone().prop_map(Step::Delete),
             1 => known.prop_map(Step::Get),
             1 => (key(), key()).prop_map(|(a, b)| Step::ScanForward(a, b)),
@@ -120,8 +138,37 @@ impl ReferenceStateMachine for ModelMachine {
     }
 }
 
-struct TreeUnderTest {
+/// The machine with incompressible values too: the tree's delete path
+/// assumes a page that loses bytes still fits its block, which the real
+/// codec does not promise (a rebuilt page can compress worse, and a full
+/// modification log forces a recompression); see the ignored test below.
+struct IncompressibleMachine;
+
+impl ReferenceStateMachine for IncompressibleMachine {
+    type State = Model;
+    type Transition = Step;
+
+    fn init_state() -> BoxedStrategy<Model> {
+        ModelMachine::init_state()
+            .prop_map(|model| Model {
+                incompressible: true,
+                ..model
+            })
+            .boxed()
+    }
+
+    fn transitions(state: &Model) -> BoxedStrategy<Step> {
+        ModelMachine::transitions(state)
+    }
+
+    fn apply(state: Model, step: &Step) -> Model {
+        <ModelMachine as ReferenceStateMachine>::apply(state, step)
+    }
+}
+
+struct TreeUnderTest<M> {
     tree: Tree<PoolStore>,
+    machine: std::marker::PhantomData<M>,
 }
 
 fn scan(tree: &Tree<PoolStore>, lo: &[u8], hi: &[u8], forward: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -147,9 +194,11 @@ fn scan(tree: &Tree<PoolStore>, lo: &[u8], hi: &[u8], forward: bool) -> Vec<(Vec
     out
 }
 
-impl StateMachineTest for TreeUnderTest {
+impl<M: ReferenceStateMachine<State = Model, Transition = Step>> StateMachineTest
+    for TreeUnderTest<M>
+{
     type SystemUnderTest = Self;
-    type Reference = ModelMachine;
+    type Reference = M;
 
     fn init_test(model: &Model) -> Self {
         let store = pool_common::store(model.format, model.eviction, BUDGET_PAGES);
@@ -160,6 +209,7 @@ impl StateMachineTest for TreeUnderTest {
         };
         Self {
             tree: Tree::create(store, config).unwrap(),
+            machine: std::marker::PhantomData,
         }
     }
 
@@ -213,10 +263,16 @@ impl StateMachineTest for TreeUnderTest {
 
 prop_state_machine! {
     #![proptest_config(ProptestConfig {
-        cases: 48,
+        cases: 256,
         max_shrink_iters: 2000,
         .. ProptestConfig::default()
     })]
     #[test]
-    fn tree_on_pool_matches_btreemap(sequential 1..300 => TreeUnderTest);
+    fn tree_on_pool_matches_btreemap(sequential 1..300 => TreeUnderTest<ModelMachine>);
+
+    /// Fails today with `CompressionUnfit` on a delete (a tree limitation,
+    /// not the pool's: see [`IncompressibleMachine`]).
+    #[test]
+    #[ignore = "known failure: deletes assume a shrinking page still fits its block"]
+    fn tree_on_pool_with_incompressible_values(sequential 1..300 => TreeUnderTest<IncompressibleMachine>);
 }
