@@ -103,6 +103,11 @@ fn run(format: Format, eviction: EvictionPolicy) {
     let want: BTreeMap<Vec<u8>, Vec<u8>> = models.into_iter().flatten().collect();
     tree.check_invariants().unwrap();
     tree.store().pool().check_invariants();
+    // Every finished operation stamped its pages with a real LSN: nothing is
+    // left pending, so everything can be written.
+    let pool = tree.store().pool();
+    pool.flush_all().unwrap();
+    assert_eq!(pool.dirty_page_count(), 0, "pages left at the pending LSN");
     let mut got = BTreeMap::new();
     let mut c = tree.cursor();
     let mut ok = c.first().unwrap();

@@ -50,6 +50,11 @@ fn run(format: Format, eviction: EvictionPolicy, policy: SplitPolicy) {
     tree.check_invariants().unwrap();
     let store = tree.store();
     store.pool().check_invariants();
+    // Every finished operation stamped its pages with a real LSN: nothing is
+    // left pending, so everything can be written.
+    let pool = tree.store().pool();
+    pool.flush_all().unwrap();
+    assert_eq!(pool.dirty_page_count(), 0, "pages left at the pending LSN");
     let mut c = tree.cursor();
     let mut ok = c.first().unwrap();
     let mut got = BTreeMap::new();
