@@ -118,6 +118,32 @@ impl PoolStore {
         self.next_page_id.load(Ordering::Relaxed)
     }
 
+    /// Checks the store's own invariants: free page ids are distinct and
+    /// were handed out; then the pool's (which panics on a violation).
+    pub fn check_invariants(&self) -> Result<()> {
+        let page_count = self.page_count();
+        let mut free = self.free_page_ids();
+        free.sort_unstable();
+        for pair in free.windows(2) {
+            if pair[0] == pair[1] {
+                return Err(Error::Invariant {
+                    page_id: pair[0],
+                    reason: "on the free list twice".into(),
+                });
+            }
+        }
+        if let Some(&last) = free.last()
+            && last.0 >= page_count
+        {
+            return Err(Error::Invariant {
+                page_id: last,
+                reason: format!("free but never allocated ({page_count} pages handed out)"),
+            });
+        }
+        self.pool.check_invariants();
+        Ok(())
+    }
+
     /// Zeroes the page after the codec's reserved header and commits that at
     /// the pending LSN, without logging it (allocation and freeing are
     /// logged as such).

@@ -102,7 +102,7 @@ fn run(format: Format, eviction: EvictionPolicy) {
     });
     let want: BTreeMap<Vec<u8>, Vec<u8>> = models.into_iter().flatten().collect();
     tree.check_invariants().unwrap();
-    tree.store().pool().check_invariants();
+    tree.store().check_invariants().unwrap();
     // Every finished operation stamped its pages with a real LSN: nothing is
     // left pending, so everything can be written.
     let pool = tree.store().pool();

@@ -237,7 +237,7 @@ impl<M: ReferenceStateMachine<State = Model, Transition = Step>> StateMachineTes
     fn check_invariants(sut: &Self, model: &Model) {
         sut.tree.check_invariants().unwrap();
         let store = sut.tree.store();
-        store.pool().check_invariants();
+        store.check_invariants().unwrap();
         // More pages than the pool holds: some must have been evicted (or,
         // compressed, had their frames dropped).
         if store.page_count() > BUDGET_PAGES as u64 {

@@ -49,7 +49,7 @@ fn run(format: Format, eviction: EvictionPolicy, policy: SplitPolicy) {
     }
     tree.check_invariants().unwrap();
     let store = tree.store();
-    store.pool().check_invariants();
+    store.check_invariants().unwrap();
     // Every finished operation stamped its pages with a real LSN: nothing is
     // left pending, so everything can be written.
     let pool = tree.store().pool();
