@@ -66,6 +66,15 @@ pub enum Error {
         /// The page.
         page_id: PageId,
     },
+    /// The buffer pool under a [`crate::PoolStore`] failed (I/O, a corrupt
+    /// block, or no memory left for the pages the operation needs pinned);
+    /// the pool's error names the page.
+    #[error("buffer pool: {source}")]
+    Pool {
+        /// What the pool reported.
+        #[source]
+        source: barracuda_pool::PoolError,
+    },
 }
 
 /// The crate's result type.

@@ -8,9 +8,10 @@
 //! latched pages and records every byte the tree changes as a patch (see the
 //! [`store`] module for the full contract). [`store::MemStore`] implements it
 //! in memory, uncompressed ([`store::AlwaysFits`]) or with a real
-//! `barracuda-codec` block per page ([`store::CodecBlocks`]); the buffer pool
-//! will implement it next, and the patches will feed the write-ahead log and
-//! each compressed block's modification log. The first
+//! `barracuda-codec` block per page ([`store::CodecBlocks`]); [`PoolStore`]
+//! implements it on the buffer pool (`barracuda-pool`), whose compressed
+//! blocks take the patches into their modification logs; the patches will
+//! also feed the write-ahead log. The first
 //! `barracuda_codec::PAGE_HEADER_RESERVED_BYTES` of every page belong to the
 //! codec; the tree's header follows ([`PAGE_HEADER_BYTES`] in all).
 //! A tree is identified by its root page id, which never changes: a root
@@ -66,6 +67,7 @@ mod check;
 pub mod cursor;
 mod error;
 pub mod page;
+pub mod pool_store;
 pub mod store;
 mod tree;
 
@@ -75,5 +77,6 @@ pub use error::{Error, Result};
 pub use page::{
     KEY_BYTES_MAX, PAGE_HEADER_BYTES, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN, VALUE_BYTES_MAX,
 };
+pub use pool_store::{LsnCounter, PoolExclusive, PoolStore};
 pub use store::{Fit, MemStore, OpContext, PageStore, PageWrite};
 pub use tree::{SplitCounts, SplitPolicy, Tree, TreeConfig};
