@@ -198,6 +198,8 @@ pub struct Wal {
     layout: Layout,
     buffer_bytes_max: usize,
     state: Mutex<State>,
+    /// Serializes checkpoints; the state mutex is not held during their I/O.
+    checkpoint_lock: Mutex<()>,
     flushed: Condvar,
     durable_lsn: AtomicU64,
 }
@@ -270,6 +272,7 @@ impl Wal {
                 failure: None,
                 stats,
             }),
+            checkpoint_lock: Mutex::new(()),
             flushed: Condvar::new(),
             durable_lsn: AtomicU64::new(start),
         };
@@ -397,21 +400,7 @@ impl Wal {
     }
 
     fn write_and_sync(&self, lsn: u64, data: &[u8]) -> Result<()> {
-        let mut done = 0usize;
-        for (offset, len) in self.layout.pieces(lsn, data.len() as u64) {
-            if len == 0 {
-                continue;
-            }
-            let len = len as usize;
-            if done == 0 && len == data.len() {
-                self.file.write_at(offset, data)?;
-            } else {
-                let mut piece = self.file.alloc_buf(len);
-                piece.copy_from_slice(&data[done..done + len]);
-                self.file.write_at(offset, &piece)?;
-            }
-            done += len;
-        }
+        write_ring(self.file.as_ref(), &self.layout, lsn, data)?;
         self.file.sync_data()?;
         Ok(())
     }
@@ -454,24 +443,35 @@ impl Wal {
                 ),
             });
         }
-        let mut state = self.state.lock();
-        check_failure(&state)?;
-        let durable = self.durable_lsn.load(Ordering::Acquire);
-        assert!(
-            lsn.0 <= durable && lsn >= state.checkpoint.lsn,
-            "checkpoint {lsn} outside [{}, {durable}]",
-            state.checkpoint.lsn
-        );
-        let next = Checkpoint {
-            sequence: state.checkpoint.sequence + 1,
-            lsn,
-            ring_bytes: self.layout.ring_bytes,
-            payload: payload.to_vec(),
+        // Checkpoints are serialized with each other, but the state mutex is
+        // not held across the slot's write and sync, so appends and group
+        // commits go on meanwhile; until the slot is durable, the old
+        // checkpoint still bounds the ring (the conservative choice).
+        let _checkpointing = self.checkpoint_lock.lock();
+        let next = {
+            let state = self.state.lock();
+            check_failure(&state)?;
+            let durable = self.durable_lsn.load(Ordering::Acquire);
+            assert!(
+                lsn.0 <= durable && lsn >= state.checkpoint.lsn,
+                "checkpoint {lsn} outside [{}, {durable}]",
+                state.checkpoint.lsn
+            );
+            Checkpoint {
+                sequence: state.checkpoint.sequence + 1,
+                lsn,
+                ring_bytes: self.layout.ring_bytes,
+                payload: payload.to_vec(),
+            }
         };
         let slot = (next.sequence % 2) as usize;
-        write_checkpoint(self.file.as_ref(), &self.layout, slot, &next).inspect_err(|e| {
+        let written = write_checkpoint(self.file.as_ref(), &self.layout, slot, &next);
+        let mut state = self.state.lock();
+        if let Err(e) = written {
             state.failure = Some(e.to_string());
-        })?;
+            self.flushed.notify_all();
+            return Err(e);
+        }
         state.stats.checkpoint_lsn = lsn.0;
         state.checkpoint = next;
         Ok(())
@@ -580,16 +580,25 @@ fn clean_tail(
     Ok(())
 }
 
+/// Writes `data` at `lsn` of the ring, in two pieces where it wraps. Data
+/// already aligned for the file and not wrapping is written without a copy
+/// (a flush's buffer); anything else goes through aligned copies.
 fn write_ring(file: &dyn BlockFile, layout: &Layout, lsn: u64, data: &[u8]) -> Result<()> {
+    let aligned = (data.as_ptr() as usize).is_multiple_of(file.alignment().mem_bytes);
     let mut done = 0usize;
     for (offset, len) in layout.pieces(lsn, data.len() as u64) {
         if len == 0 {
             continue;
         }
-        let mut piece = file.alloc_buf(len as usize);
-        piece.copy_from_slice(&data[done..done + len as usize]);
-        file.write_at(offset, &piece)?;
-        done += len as usize;
+        let len = len as usize;
+        if aligned && done == 0 && len == data.len() {
+            file.write_at(offset, data)?;
+        } else {
+            let mut piece = file.alloc_buf(len);
+            piece.copy_from_slice(&data[done..done + len]);
+            file.write_at(offset, &piece)?;
+        }
+        done += len;
     }
     Ok(())
 }
