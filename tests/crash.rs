@@ -59,6 +59,8 @@ fn crash_child() {
     let mut rng = SmallRng::seed_from_u64(seed);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    // The test harness printed "test crash_child ... " without a newline.
+    writeln!(out).unwrap();
     for step in 0.. {
         let i = rng.random_range(0..KEY_SPACE);
         writeln!(out, "begin {i}").unwrap();
@@ -82,6 +84,7 @@ fn run_child(
     run: Duration,
     model: &mut BTreeMap<u64, Vec<u8>>,
     acknowledged: &mut usize,
+    output: &mut Vec<String>,
 ) -> Option<u64> {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
@@ -103,7 +106,8 @@ fn run_child(
     child.kill().unwrap();
     child.wait().unwrap();
     let mut in_flight = None;
-    for line in reader.join().unwrap() {
+    *output = reader.join().unwrap();
+    for line in output.iter() {
         let parts: Vec<&str> = line.split(' ').collect();
         match parts.as_slice() {
             ["begin", i] => in_flight = Some(i.parse().unwrap()),
@@ -136,12 +140,21 @@ fn sigkill_loses_no_acknowledged_write() {
     let mut acknowledged_total = 0usize;
     for cycle in 0..cycles {
         let run = Duration::from_millis(rng.random_range(30..400));
+        let previous = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        if std::env::var("BARRACUDA_CRASH_KEEP").is_ok() {
+            for entry in std::fs::read_dir(dir.path()).unwrap() {
+                let entry = entry.unwrap();
+                std::fs::copy(entry.path(), previous.path().join(entry.file_name())).unwrap();
+            }
+        }
+        let mut last_output = Vec::new();
         let in_flight = run_child(
             dir.path(),
             cycle + 1,
             run,
             &mut model,
             &mut acknowledged_total,
+            &mut last_output,
         );
         let db = options().open(dir.path()).unwrap();
         db.check()
@@ -161,17 +174,47 @@ fn sigkill_loses_no_acknowledged_write() {
                 None => model.remove(&i),
             };
         }
-        assert!(
-            found == model,
-            "cycle {cycle}: {} keys found, {} expected; first difference at {:?}",
-            found.len(),
-            model.len(),
-            found
-                .iter()
-                .zip(model.iter())
-                .find(|(a, b)| a != b)
-                .map(|(a, _)| a.0)
-        );
+        if found != model {
+            let keys: std::collections::BTreeSet<u64> =
+                found.keys().chain(model.keys()).copied().collect();
+            let diffs: Vec<String> = keys
+                .into_iter()
+                .filter(|k| found.get(k) != model.get(k))
+                .take(5)
+                .map(|k| {
+                    let show = |v: Option<&Vec<u8>>| {
+                        v.map(|v| String::from_utf8_lossy(&v[..v.len().min(20)]).into_owned())
+                    };
+                    let got = tree.get(&key(k)).unwrap();
+                    format!(
+                        "key {k}: found {:?}, expected {:?}, get {:?}",
+                        show(found.get(&k)),
+                        show(model.get(&k)),
+                        show(got.as_ref())
+                    )
+                })
+                .collect();
+            drop(tree);
+            db.halt();
+            if let Ok(keep) = std::env::var("BARRACUDA_CRASH_KEEP") {
+                let copy = |from: &Path, to: &str| {
+                    let to = Path::new(&keep).join(to);
+                    std::fs::create_dir_all(&to).unwrap();
+                    for entry in std::fs::read_dir(from).unwrap() {
+                        let entry = entry.unwrap();
+                        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+                    }
+                };
+                copy(dir.path(), "after");
+                copy(previous.path(), "before");
+                std::fs::write(Path::new(&keep).join("child.log"), last_output.join("\n")).unwrap();
+            }
+            panic!(
+                "cycle {cycle} (in flight {in_flight:?}): {} keys found, {} expected: {diffs:#?}",
+                found.len(),
+                model.len()
+            );
+        }
         db.close().unwrap();
     }
     eprintln!(
