@@ -125,9 +125,10 @@ impl TreeOptions {
 /// Wraps each file the database opens (its path, the opened file), e.g.
 /// in a [`barracuda_io::FaultFile`] for power-loss tests.
 #[derive(Clone)]
-pub struct FileWrapper(
-    pub Arc<dyn Fn(&Path, Arc<dyn BlockFile>) -> Arc<dyn BlockFile> + Send + Sync>,
-);
+pub struct FileWrapper(pub Arc<WrapFn>);
+
+/// The function of a [`FileWrapper`].
+pub type WrapFn = dyn Fn(&Path, Arc<dyn BlockFile>) -> Arc<dyn BlockFile> + Send + Sync;
 
 impl std::fmt::Debug for FileWrapper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -40,7 +40,7 @@ fn faulty(seed: u64, rules: Vec<FaultRule>) -> (FileWrapper, Files) {
             .tear_writes(true)
             .track_crashes(true);
         for rule in &rules {
-            config = config.rule(rule.clone());
+            config = config.rule(*rule);
         }
         let fault = Arc::new(FaultFile::new(file, config));
         captured.lock().push(Arc::clone(&fault));
