@@ -80,6 +80,20 @@ impl BufferPool {
         Ok(())
     }
 
+    /// Whether `page` (a whole uncompressed page) would fit the pool's block
+    /// if compressed afresh; always true for an uncompressed pool. A page
+    /// that fits afresh fits whatever its modification log holds, because
+    /// a commit recompresses when the log is full. Changes nothing.
+    pub fn would_fit(&self, page_id: PageId, page: &[u8]) -> Result<bool> {
+        if !self.compressed {
+            return Ok(true);
+        }
+        let block_bytes = self.config().block_size_bytes().unwrap_or(self.page_size_bytes);
+        let mut block = vec![0u8; block_bytes];
+        let outcome = self.services.codec.compress(page_id, page, &mut block)?;
+        Ok(outcome == crate::backend::CompressOutcome::Fits)
+    }
+
     /// The descriptor of a page the caller holds fixed.
     fn pinned_desc(&self, page_id: PageId) -> u32 {
         match self.table.with_entry(page_id, |d| d) {
