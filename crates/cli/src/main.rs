@@ -27,6 +27,9 @@ enum BenchCommand {
     Io(bench::io::Args),
     /// Leaf fill factor of each split policy under an insert pattern (issue 4).
     Fill(bench::fill::Args),
+    /// The compression study: queries/s against the key range, per
+    /// configuration, zones A/B/C (issue 7).
+    Sweep(bench::sweep::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,5 +45,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Codec(args)) => bench::codec::run(&args),
         Command::Bench(BenchCommand::Io(args)) => bench::io::run(&args),
         Command::Bench(BenchCommand::Fill(args)) => bench::fill::run(&args),
+        Command::Bench(BenchCommand::Sweep(args)) => bench::sweep::run(&args),
     }
 }

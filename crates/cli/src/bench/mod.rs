@@ -2,4 +2,7 @@
 
 pub mod codec;
 pub mod fill;
+pub mod harness;
 pub mod io;
+pub mod plot;
+pub mod sweep;
