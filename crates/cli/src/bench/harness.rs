@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use barracuda_btree::{LsnCounter, PoolStore, SplitPolicy, Tree, TreeConfig};
-use barracuda_codec::{BlockSize, Codec, Geometry, PageId, sample::TextGenerator};
+use barracuda_codec::{BlockSize, Codec, Geometry, sample::TextGenerator};
 use barracuda_io::{BlockFile, FaultFile, FlushMethod, IoOptions};
 use barracuda_pool::{
     BufferPool, CodecService, EvictionPolicy, FileService, PageFormat, PoolConfig, PoolStatus,
@@ -205,15 +205,6 @@ impl TableSpec {
             None => Geometry::uncompressed(self.page_size_bytes)?,
         })
     }
-
-    /// Same data, another eviction policy (the file can be shared).
-    pub fn with_eviction(&self, label: &str, eviction: EvictionPolicy) -> Self {
-        Self {
-            label: label.into(),
-            eviction,
-            ..self.clone()
-        }
-    }
 }
 
 /// How the data file is opened.
@@ -235,8 +226,7 @@ pub trait Store: Send + Sync {
     fn get(&self, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>>;
     /// Visits entries with `from <= key` in key order until `visit` returns
     /// false.
-    fn scan(&self, from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool)
-    -> anyhow::Result<()>;
+    fn scan(&self, from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> anyhow::Result<()>;
     /// The pool's counters (resets the interval hit rate).
     fn status(&self) -> PoolStatus;
     /// Writes every dirty page and syncs the file.
@@ -250,7 +240,6 @@ pub struct TreeStore {
     tree: Tree<PoolStore>,
     file: Arc<dyn BlockFile>,
     path: PathBuf,
-    spec: TableSpec,
     page_count: u64,
 }
 
@@ -271,7 +260,6 @@ impl TreeStore {
             tree,
             file,
             path: path.to_path_buf(),
-            spec: spec.clone(),
             page_count: 0,
         })
     }
@@ -292,19 +280,8 @@ impl TreeStore {
             tree,
             file,
             path: self.path.clone(),
-            spec: spec.clone(),
             page_count: self.page_count(),
         })
-    }
-
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The table's options.
-    pub fn spec(&self) -> &TableSpec {
-        &self.spec
     }
 }
 
@@ -373,11 +350,7 @@ impl Store for TreeStore {
         Ok(self.tree.get(key)?)
     }
 
-    fn scan(
-        &self,
-        from: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> anyhow::Result<()> {
+    fn scan(&self, from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> anyhow::Result<()> {
         let mut cursor = self.tree.cursor();
         let mut on = cursor.seek(from)?;
         while on {
@@ -416,7 +389,10 @@ pub fn drop_os_cache(path: &Path) -> anyhow::Result<()> {
     // arguments and touches no memory of ours.
     let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     if rc != 0 {
-        bail!("posix_fadvise(DONTNEED) on {} failed: errno {rc}", path.display());
+        bail!(
+            "posix_fadvise(DONTNEED) on {} failed: errno {rc}",
+            path.display()
+        );
     }
     Ok(())
 }
@@ -446,6 +422,10 @@ pub fn progress(len: u64, message: &str) -> ProgressBar {
     bar
 }
 
+/// Makes the records (key, value) of row `i` from the text source and a
+/// random generator.
+pub type RowFn = dyn Fn(u64, &mut TextGenerator, &mut SmallRng) -> Vec<(Vec<u8>, Vec<u8>)> + Sync;
+
 /// Inserts `count` rows made by `row(i, text)` (one or more key-value
 /// pairs each) with `threads` threads over disjoint ranges of `i`.
 pub fn load(
@@ -454,7 +434,7 @@ pub fn load(
     threads: usize,
     message: &str,
     text: &TextGenerator,
-    row: &(dyn Fn(u64, &mut TextGenerator, &mut SmallRng) -> Vec<(Vec<u8>, Vec<u8>)> + Sync),
+    row: &RowFn,
 ) -> anyhow::Result<()> {
     let bar = progress(count, message);
     let done = AtomicU64::new(0);
@@ -546,7 +526,7 @@ pub fn measure(
 ) -> anyhow::Result<Measured> {
     let stop = AtomicBool::new(false);
     let count = AtomicU64::new(0);
-    let failed = parking_lot_free_error();
+    let failed: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
     std::thread::scope(|s| -> anyhow::Result<Measured> {
         for t in 0..args.threads.max(1) {
             let (stop, count, failed) = (&stop, &count, &failed);
@@ -573,10 +553,6 @@ pub fn measure(
     })
 }
 
-fn parking_lot_free_error() -> std::sync::Mutex<Option<anyhow::Error>> {
-    std::sync::Mutex::new(None)
-}
-
 fn timed(
     store: &dyn Store,
     args: &CommonArgs,
@@ -591,8 +567,8 @@ fn timed(
         let warm_ms = warm_start.elapsed().as_millis() as u64;
         let gets = now.page_gets.saturating_sub(before.page_gets).max(1);
         let reads = now.pages_read.saturating_sub(before.pages_read);
-        let evicting = now.pages_evicted + now.frames_dropped
-            > before.pages_evicted + before.frames_dropped;
+        let evicting =
+            now.pages_evicted + now.frames_dropped > before.pages_evicted + before.frames_dropped;
         let settled = evicting || (reads as f64) <= WARM_MISS_SHARE_MAX * gets as f64;
         before = now;
         if stop.load(Ordering::Relaxed)
@@ -694,9 +670,4 @@ pub fn touch_all(store: &dyn Store, keys: &[Vec<u8>], threads: usize) -> anyhow:
 pub fn write_json<T: Serialize>(path: &Path, points: &[T]) -> anyhow::Result<()> {
     let json = serde_json::to_string_pretty(points)?;
     std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))
-}
-
-/// A page id as the pool reports it (for messages).
-pub fn page_label(id: PageId) -> String {
-    format!("page {}", id.0)
 }

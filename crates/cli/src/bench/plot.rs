@@ -52,8 +52,14 @@ pub fn draw(path: &Path, panels: &[Panel]) -> anyhow::Result<()> {
 }
 
 fn bounds(panel: &Panel) -> ((f64, f64), (f64, f64)) {
-    let xs = panel.series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
-    let ys = panel.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let xs = panel
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0));
+    let ys = panel
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1));
     let (x_min, x_max) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
     let ys: Vec<f64> = ys.filter(|y| !panel.log_y || *y > 0.0).collect();
     let (y_min, y_max) = ys
@@ -72,7 +78,11 @@ fn bounds(panel: &Panel) -> ((f64, f64), (f64, f64)) {
         };
         (lo, (y_max * 1.5).max(lo * 10.0))
     } else {
-        let lo = if y_min.is_finite() { y_min.min(0.0) } else { 0.0 };
+        let lo = if y_min.is_finite() {
+            y_min.min(0.0)
+        } else {
+            0.0
+        };
         let hi = if y_max.is_finite() && y_max > lo {
             y_max * 1.05
         } else {
@@ -83,7 +93,10 @@ fn bounds(panel: &Panel) -> ((f64, f64), (f64, f64)) {
     ((x_min, x_max), (y_min, y_max))
 }
 
-fn draw_panel(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, panel: &Panel) -> anyhow::Result<()> {
+fn draw_panel(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    panel: &Panel,
+) -> anyhow::Result<()> {
     let ((x0, x1), (y0, y1)) = bounds(panel);
     let mut builder = ChartBuilder::on(area);
     builder

@@ -20,8 +20,8 @@ use anyhow::Context;
 use barracuda_codec::{BlockSize, Codec, sample::TextGenerator};
 use barracuda_io::FlushMethod;
 use barracuda_pool::EvictionPolicy;
-use rand::rngs::SmallRng;
 use rand::Rng;
+use rand::rngs::SmallRng;
 use serde::Serialize;
 use std::path::Path;
 
@@ -37,6 +37,8 @@ const TEXT_BYTES_AVG: usize = 3_000;
 const TEXT_BYTES_SPREAD: usize = 2_000;
 /// A query returns this many bytes of text (`left(old_text, 100)`).
 const QUERY_TEXT_BYTES: usize = 100;
+/// Bytes of a row with its record overheads, on average (for sizing).
+pub const ROW_BYTES_AVG: u64 = TEXT_BYTES_AVG as u64 + 100;
 /// Default pool: 16 MiB, so that the default run (data about 8x the pool,
 /// four configurations, twelve ranges) finishes within 3 minutes on 2 cores.
 const POOL_MIB_DEFAULT: u64 = 16;
@@ -177,9 +179,14 @@ pub fn old_id(id: u64) -> u32 {
 /// The records of row `i` (id `i + 1`).
 pub fn row(i: u64, text: &mut TextGenerator, rng: &mut SmallRng) -> Vec<(Vec<u8>, Vec<u8>)> {
     let id = i + 1;
-    let len = rng.random_range(TEXT_BYTES_AVG - TEXT_BYTES_SPREAD..=TEXT_BYTES_AVG + TEXT_BYTES_SPREAD);
+    let len =
+        rng.random_range(TEXT_BYTES_AVG - TEXT_BYTES_SPREAD..=TEXT_BYTES_AVG + TEXT_BYTES_SPREAD);
     let body = text.generate(len).to_vec();
-    let flags: &[u8] = if rng.random_bool(0.5) { b"utf-8" } else { b"utf-8,gzip" };
+    let flags: &[u8] = if rng.random_bool(0.5) {
+        b"utf-8"
+    } else {
+        b"utf-8,gzip"
+    };
     let parts = len.div_ceil(FRAGMENT_TEXT_BYTES_MAX);
     let per_part = len.div_ceil(parts);
     body.chunks(per_part)
@@ -220,23 +227,41 @@ fn load_table(
     text: &TextGenerator,
 ) -> anyhow::Result<Loaded> {
     let path = dir.join(format!("sweep-{kind:?}.dat").to_lowercase());
-    let data_bytes = rows * (TEXT_BYTES_AVG as u64 + 64);
-    let load_pool = ((data_bytes as f64 * LOAD_POOL_FACTOR) as u64).min(LOAD_POOL_BYTES_MAX);
-    // Loading is not timed: no added latency while it runs.
+    let store = load_into(&path, spec, file_spec, rows, args.load_threads, text)?;
+    Ok(Loaded { kind, store })
+}
+
+/// Creates the sweep table of `rows` rows in the file at `path`, with a
+/// pool large enough that the load never evicts, without added latency
+/// (loading is not timed); reopen it with the measured pool.
+pub fn load_into(
+    path: &Path,
+    spec: &TableSpec,
+    file_spec: FileSpec,
+    rows: u64,
+    load_threads: usize,
+    text: &TextGenerator,
+) -> anyhow::Result<TreeStore> {
+    let data_bytes = rows * ROW_BYTES_AVG;
+    let load_pool =
+        ((data_bytes as f64 * LOAD_POOL_FACTOR) as u64).clamp(64 << 20, LOAD_POOL_BYTES_MAX);
     let load_file = FileSpec {
         device_latency_us: 0,
         ..file_spec
     };
-    let store = TreeStore::create(&path, spec, load_file, load_pool as usize)?;
+    let store = TreeStore::create(path, spec, load_file, load_pool as usize)?;
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     harness::load(
         &store,
         rows,
-        args.load_threads,
-        &format!("load {kind:?}"),
+        load_threads,
+        &format!("load {name}"),
         text,
         &row,
     )?;
-    Ok(Loaded { kind, store })
+    Ok(store)
 }
 
 fn load_spec(kind: DataKind) -> TableSpec {
@@ -294,7 +319,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let pool_bytes = common.scaled(args.pool_mib << 20);
     let rows = args
         .rows
-        .unwrap_or_else(|| pool_bytes * DATA_TO_POOL / (TEXT_BYTES_AVG as u64 + 100));
+        .unwrap_or_else(|| pool_bytes * DATA_TO_POOL / ROW_BYTES_AVG);
     let configs = specs(&args.configs)?;
     let (dir, _temp) = common.data_dir()?;
     let text = common.text()?;
@@ -335,7 +360,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         pages(DataKind::Zstd)
     );
     let bar = harness::progress((configs.len() * ranges.len()) as u64, "sweep");
-    let mut points = Vec::new();
+    // Every configuration is open at once and each range is measured for
+    // all of them in turn, so that a change in the machine's load (it is
+    // shared) hits every configuration alike.
+    let mut stores = Vec::new();
     for (kind, spec) in &configs {
         let base = loaded
             .iter()
@@ -344,13 +372,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let store = base
             .store
             .reopen_read_only(spec, file_spec, pool_bytes as usize)?;
-        let mut warmed = 0;
-        for &range in &ranges {
+        stores.push((spec, store, 0u64));
+    }
+    let mut points = Vec::new();
+    for &range in &ranges {
+        for (spec, store, warmed) in &mut stores {
             bar.set_message(format!("{} {range}", spec.label));
-            let keys: Vec<Vec<u8>> = (warmed + 1..=range).map(|id| row_key(id, 0)).collect();
-            harness::touch_all(&store, &keys, common.threads)?;
-            warmed = warmed.max(range);
-            let measured = harness::measure(&store, common, &|rng: &mut SmallRng| {
+            let keys: Vec<Vec<u8>> = (*warmed + 1..=range).map(|id| row_key(id, 0)).collect();
+            harness::touch_all(store, &keys, common.threads)?;
+            *warmed = (*warmed).max(range);
+            let store = &*store;
+            let measured = harness::measure(store, common, &|rng: &mut SmallRng| {
                 let id = rng.random_range(1..=range);
                 let value = store
                     .get(&row_key(id, 0))?
@@ -379,6 +411,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             bar.inc(1);
         }
     }
+    let order = |c: &str| {
+        configs
+            .iter()
+            .position(|(_, s)| s.label == c)
+            .unwrap_or(usize::MAX)
+    };
+    points.sort_by_key(|p| (order(&p.config), p.range_rows));
     bar.finish_and_clear();
     print_table(&points);
     print_ratios(&points, &ranges);
@@ -396,7 +435,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 fn print_table(points: &[SweepPoint]) {
     println!(
         "{:<24} {:>8} {:>4} {:>10} {:>7} {:>9} {:>9} {:>7} {:>9} {:>8} {:>7}",
-        "config", "range", "zone", "queries/s", "hit%", "unzips/s", "I/Os/s", "LRU", "unzip_LRU", "cpu_us/q", "target"
+        "config",
+        "range",
+        "zone",
+        "queries/s",
+        "hit%",
+        "unzips/s",
+        "I/Os/s",
+        "LRU",
+        "unzip_LRU",
+        "cpu_us/q",
+        "target"
     );
     for p in points {
         let m = &p.measured;
@@ -512,9 +561,24 @@ fn draw(
     plot::draw(
         path,
         &[
-            panel("queries/s against range", "queries/s", true, series(&|m| m.queries_per_s)),
-            panel("buffer pool hit rate", "hit rate %", false, series(&|m| m.hit_rate * 100.0)),
-            panel("unzip_LRU : LRU", "share", false, series(&|m| m.unzip_lru_share)),
+            panel(
+                "queries/s against range",
+                "queries/s",
+                true,
+                series(&|m| m.queries_per_s),
+            ),
+            panel(
+                "buffer pool hit rate",
+                "hit rate %",
+                false,
+                series(&|m| m.hit_rate * 100.0),
+            ),
+            panel(
+                "unzip_LRU : LRU",
+                "share",
+                false,
+                series(&|m| m.unzip_lru_share),
+            ),
         ],
     )
 }
