@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use barracuda_codec::{CodecError, Lsn};
 use barracuda_io::IoError;
+use barracuda_pool::PoolError;
 
 /// Everything that can go wrong in Barracuda, with the context to act on it.
 ///
@@ -18,6 +19,49 @@ pub enum Error {
     /// A page block failed to decode or verify (the error names the page).
     #[error(transparent)]
     Codec(#[from] CodecError),
+    /// The buffer pool failed: a damaged block (the error names the page),
+    /// an I/O error, or no evictable page within the wait.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// A tree operation failed: bad input (an oversize key or value) or a
+    /// damaged page (the error names it).
+    #[error(transparent)]
+    Tree(#[from] barracuda_btree::Error),
+    /// No tree has this name.
+    #[error("no tree named {name:?}")]
+    TreeNotFound {
+        /// The name asked for.
+        name: String,
+    },
+    /// A tree with this name exists already, with other options.
+    #[error("tree {name:?} exists with other options: {reason}")]
+    TreeOptionsMismatch {
+        /// The tree.
+        name: String,
+        /// What differs.
+        reason: String,
+    },
+    /// A batch (or a single value) could need more log than one atomic group
+    /// may hold; split it.
+    #[error(
+        "an atomic write of up to {estimated_bytes} log bytes exceeds the limit of {limit_bytes}; split the batch"
+    )]
+    BatchTooLarge {
+        /// The worst-case log bytes of the write.
+        estimated_bytes: usize,
+        /// The most one atomic group may hold.
+        limit_bytes: usize,
+    },
+    /// An earlier write could not be logged; the database accepts no more
+    /// writes (reopen it to recover to the last logged state).
+    #[error("the database failed earlier and accepts no more writes: {reason}")]
+    Failed {
+        /// The first failure.
+        reason: String,
+    },
+    /// The database was closed.
+    #[error("the database is closed")]
+    Closed,
     /// The write-ahead log holds a damaged record that recovery cannot skip.
     #[error("write-ahead log corrupted at {lsn}: {reason}")]
     LogCorrupted {

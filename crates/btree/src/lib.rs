@@ -77,6 +77,6 @@ pub use error::{Error, Result};
 pub use page::{
     KEY_BYTES_MAX, PAGE_HEADER_BYTES, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN, VALUE_BYTES_MAX,
 };
-pub use pool_store::{LsnCounter, PoolExclusive, PoolStore};
+pub use pool_store::{LsnCounter, LsnMode, META_PAGE_ID, PoolExclusive, PoolStore};
 pub use store::{Fit, MemStore, OpContext, PageStore, PageWrite};
 pub use tree::{SplitCounts, SplitPolicy, Tree, TreeConfig};

@@ -1,8 +1,8 @@
 //! The buffer pool as a [`PageStore`]: the tree runs on `barracuda-pool`.
 //!
 //! [`PoolStore`] wraps a [`BufferPool`] and adds what the pool deliberately
-//! does not have: page allocation, a free list, and the order "commit the
-//! page, then log the operation, then give the page its LSN".
+//! does not have: page allocation, a persistent free list, and the order
+//! "commit the page, then log the operation, then give the page its LSN".
 //!
 //! - Shared guards are the pool's [`SharedGuard`]; exclusive guards wrap its
 //!   [`ExclusiveGuard`] ([`PoolExclusive`]). A write the pool rejects (out of
@@ -12,24 +12,26 @@
 //!   [`barracuda_pool::LSN_PENDING`], so the pool neither writes nor evicts
 //!   it. On `Fits` the copies join the [`OpContext`]; on `DoesNotFit` the
 //!   pool has rolled the page back and the copies are dropped.
-//! - [`PageStore::finish_op`] stamps every page the operation committed,
-//!   allocated or freed with one fresh LSN from an in-memory counter
-//!   ([`BufferPool::set_page_lsn`]), after which the pages are flushable.
-//!   [`PoolStore::durable_lsn_provider`] reports that same counter as
-//!   durable, so the write-ahead rule never holds a page back. **This is a
-//!   stand-in for the write-ahead log**: the Db will log the `OpContext` as
-//!   one redo group and stamp the group's real LSN instead.
-//! - Allocation: a never-used page id (from a counter) is
-//!   [`BufferPool::create`]d; a reused id from the free list is fixed
-//!   exclusively and zeroed (all but the codec's reserved header bytes,
-//!   which the pool refuses to patch). The allocation is committed at once
-//!   (pending LSN) so that the page is dirty and cannot be evicted unwritten.
-//!   Zeroing is not logged as patches: the operation lists the page in
-//!   `allocated`, and redo of an allocation zeroes the page. A freed page is
-//!   zeroed the same way and listed in `freed`.
-//! - The free list and the next page id live **in memory only**: a
-//!   `PoolStore` does not survive a reopen. Persisting them (a free-list
-//!   page chain or a Db header) is the Db's job.
+//! - Who gives pages their LSN depends on how the store was made:
+//!   - [`LsnMode::Counter`] (stand-alone, tests and benchmarks):
+//!     [`PageStore::finish_op`] stamps every page the operation touched with
+//!     one fresh LSN from an in-memory counter, which
+//!     [`PoolStore::durable_lsn_provider`] reports as durable.
+//!   - [`LsnMode::Logged`] (the database): the owner logs the `OpContext`
+//!     as one redo group and calls [`PoolStore::stamp`] with the group's
+//!     LSN. Operations the tree finishes itself ([`crate::Tree::create`])
+//!     are queued; the owner takes them with [`PoolStore::take_finished_ops`].
+//! - **Page 0 is the store's meta page**: magic, format version, the next
+//!   never-used page id, and the head and length of the free list. Every
+//!   change to it is an ordinary logged patch, so the allocation state is
+//!   as durable and as recoverable as the tree itself.
+//! - **The free list is a chain through the free pages**: a freed page is
+//!   zeroed except a small header (magic and the next free page id) at the
+//!   start of its body. Allocation pops the head (zeroing the page again);
+//!   a never-used id is [`BufferPool::create`]d. Both are patches in the
+//!   operation, so redo needs nothing but patches and images.
+//! - Latch order: tree pages, then the meta page, then a free page. Nothing
+//!   holds the meta page while waiting for a tree page.
 
 use crate::error::{Error, Result};
 use crate::store::{Fit, OpContext, PagePatches, PageStore, PageWrite, Patch};
@@ -70,27 +72,157 @@ impl DurableLsn for LsnCounter {
     }
 }
 
+/// Who stamps the LSN of changed pages; see the module documentation.
+#[derive(Clone, Debug)]
+pub enum LsnMode {
+    /// [`PageStore::finish_op`] stamps from this stand-in counter.
+    Counter(LsnCounter),
+    /// The owner logs each operation and calls [`PoolStore::stamp`].
+    Logged,
+}
+
+/// The meta page: page 0 of every store.
+pub const META_PAGE_ID: PageId = PageId(0);
+
+/// "BRMT": marks the meta page.
+const META_MAGIC: u32 = u32::from_le_bytes(*b"BRMT");
+/// Version of the meta page and free-page layouts.
+const META_VERSION: u32 = 1;
+/// "BRFR": marks a page on the free list.
+const FREE_MAGIC: u32 = u32::from_le_bytes(*b"BRFR");
+/// "No page" in the free-list links.
+const NO_PAGE: u64 = u64::MAX;
+
+/// Byte offsets in the meta page, after the codec's reserved header.
+mod meta {
+    use super::PAGE_HEADER_RESERVED_BYTES as H;
+    pub const MAGIC: usize = H;
+    pub const VERSION: usize = H + 4;
+    pub const NEXT_PAGE_ID: usize = H + 8;
+    pub const FREE_HEAD: usize = H + 16;
+    pub const FREE_COUNT: usize = H + 24;
+    pub const END: usize = H + 32;
+}
+
+/// Byte offsets in a free page.
+mod free {
+    use super::PAGE_HEADER_RESERVED_BYTES as H;
+    pub const MAGIC: usize = H;
+    pub const NEXT: usize = H + 8;
+}
+
+fn read_u32(page: &[u8], at: usize) -> u32 {
+    let mut b = [0; 4];
+    b.copy_from_slice(&page[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn read_u64(page: &[u8], at: usize) -> u64 {
+    let mut b = [0; 8];
+    b.copy_from_slice(&page[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// The allocation state held by the meta page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Meta {
+    next_page_id: u64,
+    free_head: u64,
+    free_count: u64,
+}
+
+impl Meta {
+    fn read(page: &[u8]) -> Result<Meta> {
+        let magic = read_u32(page, meta::MAGIC);
+        let version = read_u32(page, meta::VERSION);
+        if magic != META_MAGIC || version != META_VERSION {
+            return Err(Error::Corrupted {
+                page_id: META_PAGE_ID,
+                reason: format!("not a meta page (magic {magic:#x}, version {version})"),
+            });
+        }
+        Ok(Meta {
+            next_page_id: read_u64(page, meta::NEXT_PAGE_ID),
+            free_head: read_u64(page, meta::FREE_HEAD),
+            free_count: read_u64(page, meta::FREE_COUNT),
+        })
+    }
+
+    fn write(&self, guard: &mut PoolExclusive<'_>) {
+        let mut bytes = [0u8; meta::END - meta::MAGIC];
+        bytes[0..4].copy_from_slice(&META_MAGIC.to_le_bytes());
+        bytes[4..8].copy_from_slice(&META_VERSION.to_le_bytes());
+        bytes[8..16].copy_from_slice(&self.next_page_id.to_le_bytes());
+        bytes[16..24].copy_from_slice(&self.free_head.to_le_bytes());
+        bytes[24..32].copy_from_slice(&self.free_count.to_le_bytes());
+        let mut image = guard.to_vec();
+        image[meta::MAGIC..meta::END].copy_from_slice(&bytes);
+        guard.write_diff(&image);
+    }
+}
+
 /// A [`PageStore`] over a [`BufferPool`]. See the module documentation.
 pub struct PoolStore {
     pool: Arc<BufferPool>,
-    lsns: LsnCounter,
+    mode: LsnMode,
+    /// Mirror of the meta page's next page id, for [`Self::page_count`].
     next_page_id: AtomicU64,
-    free_list: Mutex<Vec<PageId>>,
+    /// Operations finished by the tree itself, in [`LsnMode::Logged`].
+    finished: Mutex<Vec<OpContext>>,
 }
 
 impl PoolStore {
-    /// A store over `pool`, whose `Services::durable_lsn` must be
-    /// [`Self::durable_lsn_provider`] of the same `lsns` (otherwise stamped
-    /// pages may never become writable). Page ids are handed out from 0: the
-    /// pool's file must hold no pages yet.
+    /// A store over `pool`, whose file must hold no pages yet, with
+    /// stand-alone LSNs: the pool's `Services::durable_lsn` must be
+    /// [`Self::durable_lsn_provider`] of the same `lsns`. Formats the meta
+    /// page.
     pub fn new(pool: Arc<BufferPool>, lsns: LsnCounter) -> Result<Self> {
+        let mut op = OpContext::new();
+        let store = Self::format(pool, LsnMode::Counter(lsns), &mut op)?;
+        store.finish_op(op);
+        Ok(store)
+    }
+
+    /// A new store over `pool` (whose file holds no pages yet): formats the
+    /// meta page within `op`, which the caller logs (in
+    /// [`LsnMode::Logged`]) or finishes.
+    pub fn format(pool: Arc<BufferPool>, mode: LsnMode, op: &mut OpContext) -> Result<Self> {
         crate::page::check_page_size(pool.config().page_size_bytes)?;
-        Ok(Self {
+        let store = Self::with_mode(pool, mode, 1);
+        {
+            let mut guard = PoolExclusive {
+                inner: store.pool.create(META_PAGE_ID).map_err(pool_error)?,
+            };
+            op.allocated.push(META_PAGE_ID);
+            let meta = Meta {
+                next_page_id: 1,
+                free_head: NO_PAGE,
+                free_count: 0,
+            };
+            meta.write(&mut guard);
+            guard.commit_or_unfit(op)?;
+        }
+        Ok(store)
+    }
+
+    /// Opens the store whose meta page is in `pool`'s file (or cache, after
+    /// recovery).
+    pub fn open(pool: Arc<BufferPool>, mode: LsnMode) -> Result<Self> {
+        crate::page::check_page_size(pool.config().page_size_bytes)?;
+        let meta = {
+            let guard = pool.fix_shared(META_PAGE_ID).map_err(pool_error)?;
+            Meta::read(&guard)?
+        };
+        Ok(Self::with_mode(pool, mode, meta.next_page_id))
+    }
+
+    fn with_mode(pool: Arc<BufferPool>, mode: LsnMode, next_page_id: u64) -> Self {
+        Self {
             pool,
-            lsns,
-            next_page_id: AtomicU64::new(0),
-            free_list: Mutex::new(Vec::new()),
-        })
+            mode,
+            next_page_id: AtomicU64::new(next_page_id),
+            finished: Mutex::new(Vec::new()),
+        }
     }
 
     /// The provider to put in the pool's `Services::durable_lsn`: every LSN
@@ -106,53 +238,119 @@ impl PoolStore {
         &self.pool
     }
 
-    /// The last LSN stamped on a page.
+    /// The last LSN stamped from the stand-in counter (0 in
+    /// [`LsnMode::Logged`]).
     #[must_use]
     pub fn lsn(&self) -> Lsn {
-        self.lsns.current()
+        match &self.mode {
+            LsnMode::Counter(lsns) => lsns.current(),
+            LsnMode::Logged => Lsn(0),
+        }
     }
 
-    /// Page ids handed out so far (allocated or free).
+    /// Page ids handed out so far (allocated or free, meta page included).
     #[must_use]
     pub fn page_count(&self) -> u64 {
         self.next_page_id.load(Ordering::Relaxed)
     }
 
-    /// Checks the store's own invariants: free page ids are distinct and
-    /// were handed out; then the pool's (which panics on a violation).
-    pub fn check_invariants(&self) -> Result<()> {
-        let page_count = self.page_count();
-        let mut free = self.free_page_ids();
-        free.sort_unstable();
-        for pair in free.windows(2) {
-            if pair[0] == pair[1] {
-                return Err(Error::Invariant {
-                    page_id: pair[0],
-                    reason: "on the free list twice".into(),
-                });
-            }
-        }
-        if let Some(&last) = free.last()
-            && last.0 >= page_count
+    /// Gives every page `op` touched the LSN of its log record, after which
+    /// the pages may be written (once the log is durable up to `lsn`).
+    pub fn stamp(&self, op: &OpContext, lsn: Lsn) {
+        let pages = op.pages.iter().map(|p| p.page_id);
+        for page_id in pages
+            .chain(op.allocated.iter().copied())
+            .chain(op.freed.iter().copied())
         {
+            // A page committed in this operation is dirty at the pending LSN
+            // and therefore still cached; `false` means another stamp of
+            // this operation already covered it.
+            self.pool.set_page_lsn(page_id, lsn);
+        }
+    }
+
+    /// The operations the tree finished itself since the last call, in
+    /// order ([`LsnMode::Logged`] only; the owner must log and stamp them).
+    pub fn take_finished_ops(&self) -> Vec<OpContext> {
+        std::mem::take(&mut *self.finished.lock())
+    }
+
+    /// Checks the store's own invariants: the meta page is valid, the free
+    /// list is a chain of distinct free pages of the announced length below
+    /// the next page id; then the pool's (which panics on a violation).
+    pub fn check_invariants(&self) -> Result<()> {
+        let meta = {
+            let guard = self.fix_shared(META_PAGE_ID)?;
+            Meta::read(&guard)?
+        };
+        if meta.next_page_id != self.page_count() {
             return Err(Error::Invariant {
-                page_id: last,
-                reason: format!("free but never allocated ({page_count} pages handed out)"),
+                page_id: META_PAGE_ID,
+                reason: format!(
+                    "next page id {} but {} handed out",
+                    meta.next_page_id,
+                    self.page_count()
+                ),
+            });
+        }
+        let free = self.free_page_ids();
+        if free.len() as u64 != meta.free_count {
+            return Err(Error::Invariant {
+                page_id: META_PAGE_ID,
+                reason: format!(
+                    "free list has {} pages, meta page says {}",
+                    free.len(),
+                    meta.free_count
+                ),
             });
         }
         self.pool.check_invariants();
         Ok(())
     }
 
-    /// Zeroes the page after the codec's reserved header and commits that at
-    /// the pending LSN, without logging it (allocation and freeing are
-    /// logged as such).
-    fn zero_and_commit(guard: &mut PoolExclusive<'_>) -> Result<()> {
-        guard.inner.rollback();
-        let mut image = guard.inner.page().to_vec();
+    /// Walks the free list from the meta page, checking each link.
+    fn walk_free_list(&self) -> Result<Vec<PageId>> {
+        let meta = {
+            let guard = self.fix_shared(META_PAGE_ID)?;
+            Meta::read(&guard)?
+        };
+        let mut ids = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut next = meta.free_head;
+        while next != NO_PAGE {
+            let page_id = PageId(next);
+            if next == 0 || next >= meta.next_page_id || !seen.insert(next) {
+                return Err(Error::Corrupted {
+                    page_id,
+                    reason: format!(
+                        "bad free-list link (next page id {}, {} pages listed)",
+                        meta.next_page_id,
+                        ids.len()
+                    ),
+                });
+            }
+            let guard = self.fix_shared(page_id)?;
+            if read_u32(&guard, free::MAGIC) != FREE_MAGIC {
+                return Err(Error::Corrupted {
+                    page_id,
+                    reason: "on the free list but not marked free".into(),
+                });
+            }
+            next = read_u64(&guard, free::NEXT);
+            ids.push(page_id);
+        }
+        Ok(ids)
+    }
+
+    /// Rewrites a page as a free page (`link = Some(next)`) or as zeros.
+    fn rewrite_page(guard: &mut PoolExclusive<'_>, link: Option<u64>) {
+        let mut image = guard.to_vec();
         image[PAGE_HEADER_RESERVED_BYTES..].fill(0);
+        if let Some(next) = link {
+            image[free::MAGIC..free::MAGIC + 4].copy_from_slice(&FREE_MAGIC.to_le_bytes());
+            image[free::NEXT..free::NEXT + 8].copy_from_slice(&next.to_le_bytes());
+        }
         guard.write_diff(&image);
-        guard.commit_unlogged()
     }
 }
 
@@ -167,9 +365,20 @@ pub struct PoolExclusive<'a> {
 }
 
 impl PoolExclusive<'_> {
-    /// Commits pending patches at the pending LSN without adding them to an
-    /// operation. A zeroed page always fits.
-    fn commit_unlogged(&mut self) -> Result<()> {
+    /// Commits within `op`; a page the store itself rewrote (meta, free or
+    /// zeroed page) that does not fit is an error, not a split.
+    fn commit_or_unfit(&mut self, op: &mut OpContext) -> Result<()> {
+        match self.commit(op) {
+            Fit::Fits => Ok(()),
+            Fit::DoesNotFit => Err(Error::CompressionUnfit {
+                page_id: self.inner.page_id(),
+            }),
+        }
+    }
+
+    /// Commits a page just created by the pool (zero, no patches), which
+    /// makes it dirty at the pending LSN.
+    fn commit_created(&mut self) -> Result<()> {
         match self.inner.commit_pending_lsn().map_err(pool_error)? {
             CommitOutcome::Fits => Ok(()),
             CommitOutcome::DoesNotFit => Err(Error::CompressionUnfit {
@@ -267,50 +476,74 @@ impl PageStore for PoolStore {
     }
 
     fn allocate(&self, op: &mut OpContext) -> Result<PoolExclusive<'_>> {
-        let reused = self.free_list.lock().pop();
-        let mut guard = match reused {
-            Some(page_id) => match self.fix_exclusive(page_id) {
-                Ok(guard) => guard,
-                Err(e) => {
-                    self.free_list.lock().push(page_id);
-                    return Err(e);
-                }
-            },
-            None => {
-                let page_id = PageId(self.next_page_id.fetch_add(1, Ordering::Relaxed));
-                let inner = self.pool.create(page_id).map_err(pool_error)?;
-                PoolExclusive { inner }
+        let mut meta_guard = self.fix_exclusive(META_PAGE_ID)?;
+        let mut meta = Meta::read(&meta_guard)?;
+        let guard = if meta.free_head == NO_PAGE {
+            let page_id = PageId(meta.next_page_id);
+            let mut guard = PoolExclusive {
+                inner: self.pool.create(page_id).map_err(pool_error)?,
+            };
+            meta.next_page_id += 1;
+            meta.write(&mut meta_guard);
+            meta_guard.commit_or_unfit(op)?;
+            // A created page is zero; committing it makes it dirty.
+            guard.commit_created()?;
+            self.next_page_id
+                .store(meta.next_page_id, Ordering::Relaxed);
+            guard
+        } else {
+            let page_id = PageId(meta.free_head);
+            let mut guard = self.fix_exclusive(page_id)?;
+            if read_u32(&guard, free::MAGIC) != FREE_MAGIC {
+                return Err(Error::Corrupted {
+                    page_id,
+                    reason: "free-list head is not marked free".into(),
+                });
             }
+            meta.free_head = read_u64(&guard, free::NEXT);
+            meta.free_count = meta.free_count.saturating_sub(1);
+            meta.write(&mut meta_guard);
+            meta_guard.commit_or_unfit(op)?;
+            Self::rewrite_page(&mut guard, None);
+            guard.commit_or_unfit(op)?;
+            guard
         };
         op.allocated.push(guard.page_id());
-        Self::zero_and_commit(&mut guard)?;
         Ok(guard)
     }
 
     fn free(&self, mut guard: PoolExclusive<'_>, op: &mut OpContext) -> Result<()> {
         let page_id = guard.page_id();
-        Self::zero_and_commit(&mut guard)?;
+        let mut meta_guard = self.fix_exclusive(META_PAGE_ID)?;
+        let mut meta = Meta::read(&meta_guard)?;
+        Self::rewrite_page(&mut guard, Some(meta.free_head));
+        guard.commit_or_unfit(op)?;
         drop(guard);
+        meta.free_head = page_id.0;
+        meta.free_count += 1;
+        meta.write(&mut meta_guard);
+        meta_guard.commit_or_unfit(op)?;
         op.freed.push(page_id);
-        self.free_list.lock().push(page_id);
         Ok(())
     }
 
     fn free_page_ids(&self) -> Vec<PageId> {
-        self.free_list.lock().clone()
+        match self.walk_free_list() {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::error!("free list unreadable: {e}");
+                Vec::new()
+            }
+        }
     }
 
     fn finish_op(&self, op: OpContext) {
         if op.pages.is_empty() && op.allocated.is_empty() && op.freed.is_empty() {
             return;
         }
-        let lsn = self.lsns.next();
-        let pages = op.pages.iter().map(|p| p.page_id);
-        for page_id in pages.chain(op.allocated.iter().copied()).chain(op.freed) {
-            // A page committed in this operation is dirty at the pending LSN
-            // and therefore still cached; `false` means another operation's
-            // stamp already covered it.
-            self.pool.set_page_lsn(page_id, lsn);
+        match &self.mode {
+            LsnMode::Counter(lsns) => self.stamp(&op, lsns.next()),
+            LsnMode::Logged => self.finished.lock().push(op),
         }
     }
 }

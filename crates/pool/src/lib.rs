@@ -56,6 +56,7 @@ mod desc;
 mod error;
 mod flush;
 mod guard;
+mod install;
 mod invariants;
 mod lists;
 mod policy;

@@ -1,0 +1,90 @@
+//! Page images for the write-ahead log.
+//!
+//! The database logs a page's whole image the first time the page changes
+//! after a checkpoint (protection against torn writes), and recovery puts
+//! such images back. The image is what the pool would write to the file:
+//! the compressed block with its modification log for a compressed pool, the
+//! page itself (with the codec's header) for an uncompressed one. It is not
+//! sealed: its LSN and checksum fields are stale until the page is written.
+
+use barracuda_codec::{Lsn, PageId};
+
+use crate::error::{PoolError, Result};
+use crate::guard::SharedGuard;
+use crate::pool::BufferPool;
+
+impl BufferPool {
+    /// The on-disk image of the page `guard` holds (see the module docs).
+    pub fn image<'g>(&'g self, guard: &'g SharedGuard<'_>) -> &'g [u8] {
+        let d = self.pinned_desc(guard.page_id());
+        let desc = &self.descs[d as usize];
+        // SAFETY: `guard` holds the page pinned and latched shared, so its
+        // block and frame are neither freed nor written while it lives, and
+        // the returned slice borrows the guard.
+        unsafe {
+            if self.compressed {
+                self.block(desc.block_slot())
+            } else {
+                self.frame(desc.frame_chunk())
+            }
+        }
+    }
+
+    /// Recovery: makes `image` (from [`Self::image`], via the log) the
+    /// page's content, dirty at `lsn`, whether or not the page was cached
+    /// or exists in the file. The file is not read, so a torn block on disk
+    /// does not matter.
+    pub fn install_image(&self, page_id: PageId, image: &[u8], lsn: Lsn) -> Result<()> {
+        let unit_bytes = if self.compressed {
+            self.config()
+                .block_size_bytes()
+                .unwrap_or(self.page_size_bytes)
+        } else {
+            self.page_size_bytes
+        };
+        if image.len() != unit_bytes {
+            return Err(PoolError::Corrupted {
+                page_id,
+                reason: format!(
+                    "logged image has {} bytes, the pool's unit is {unit_bytes}",
+                    image.len()
+                ),
+            });
+        }
+        let cached = self.table.with_entry(page_id, |d| d).is_some();
+        let guard = if cached {
+            self.fix_exclusive(page_id)?
+        } else {
+            self.create(page_id)?
+        };
+        let d = self.pinned_desc(page_id);
+        let desc = &self.descs[d as usize];
+        // SAFETY: `guard` holds the page pinned and exclusively latched, and
+        // a fixed page always has a frame; frame and block are distinct.
+        let (frame, block) = unsafe {
+            let block = self.compressed.then(|| self.block_mut(desc.block_slot()));
+            (self.frame_mut(desc.frame_chunk()), block)
+        };
+        match block {
+            Some(block) => {
+                // Decode first, so a bad image leaves the page as it was.
+                let mut page = vec![0; self.page_size_bytes];
+                self.services.codec.decompress(page_id, image, &mut page)?;
+                block.copy_from_slice(image);
+                frame.copy_from_slice(&page);
+            }
+            None => frame.copy_from_slice(image),
+        }
+        self.mark_dirty(d, lsn);
+        drop(guard);
+        Ok(())
+    }
+
+    /// The descriptor of a page the caller holds fixed.
+    fn pinned_desc(&self, page_id: PageId) -> u32 {
+        match self.table.with_entry(page_id, |d| d) {
+            Some(d) => d,
+            None => unreachable!("{page_id} is fixed, so it is in the page table"),
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Atomic writes across trees.
+
+use crate::db::DbInner;
+use crate::error::{Error, Result};
+use crate::options::Durability;
+use crate::tree::{BATCH_IMAGES_MORE, Tree, check_entry, image_bytes};
+
+/// Puts and deletes on any trees of one database, applied by [`crate::Db::write`]
+/// all or nothing, also across a crash (one log group).
+///
+/// The log bounds one group, so a batch's worst-case log size is limited
+/// (about `log_bytes / 4`, at most 16 MiB, where each operation counts
+/// three page images: about 680 operations with the default log and 8 KiB
+/// blocks); a larger batch is refused with [`Error::BatchTooLarge`]
+/// before anything changes.
+#[derive(Debug, Default)]
+pub struct WriteBatch {
+    ops: Vec<(Tree, Op)>,
+}
+
+#[derive(Debug)]
+enum Op {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    #[must_use]
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+
+    /// Sets `key` to `value` in `tree`.
+    pub fn put(&mut self, tree: &Tree, key: &[u8], value: &[u8]) {
+        self.ops
+            .push((tree.clone(), Op::Put(key.to_vec(), value.to_vec())));
+    }
+
+    /// Removes `key` from `tree`.
+    pub fn delete(&mut self, tree: &Tree, key: &[u8]) {
+        self.ops.push((tree.clone(), Op::Delete(key.to_vec())));
+    }
+
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    pub(crate) fn apply(self, db: &std::sync::Arc<DbInner>, durability: Durability) -> Result<()> {
+        let mut estimated = 0usize;
+        let mut image_bytes_max = 0;
+        for (tree, op) in &self.ops {
+            if !std::sync::Arc::ptr_eq(tree.db(), db) {
+                return Err(Error::InvalidOptions {
+                    reason: format!("tree {:?} belongs to another database", tree.name()),
+                });
+            }
+            let bytes = match op {
+                Op::Put(key, value) => check_entry(db, tree.inner(), key, Some(value))?,
+                Op::Delete(key) => check_entry(db, tree.inner(), key, None)?,
+            };
+            estimated += bytes;
+            image_bytes_max = image_bytes_max.max(image_bytes(tree.inner()));
+        }
+        estimated += BATCH_IMAGES_MORE * image_bytes_max;
+        let limit = db.group_bytes_max();
+        if estimated > limit {
+            return Err(Error::BatchTooLarge {
+                estimated_bytes: estimated,
+                limit_bytes: limit,
+            });
+        }
+        db.write(durability, |writer| {
+            for (tree, op) in &self.ops {
+                let inner = tree.inner();
+                let ctx = writer.op(inner);
+                match op {
+                    Op::Put(key, value) => {
+                        inner.tree.insert_in(ctx, key, value)?;
+                    }
+                    Op::Delete(key) => {
+                        inner.tree.delete_in(ctx, key)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,809 @@
+//! The database: trees on buffer pools, one write-ahead log, checkpoints and
+//! recovery.
+//!
+//! # Files
+//!
+//! A database directory holds `LOCK` (an exclusive `flock`, so a second
+//! process gets [`barracuda_io::IoError::DirLocked`]), `CATALOG` (the trees,
+//! see [`crate::catalog`]), `wal.log` (the circular log) and one data file
+//! per tree, `tree-NNNNN.bdb`, with its own buffer pool.
+//!
+//! # Writes
+//!
+//! One writer at a time holds the write mutex while it changes the tree in
+//! memory (every committed page is dirty at the pending LSN, so the pool can
+//! neither write nor evict it), then logs the whole operation as one redo
+//! group and stamps its pages with the group's end LSN; the mutex is released
+//! and the writer waits for durability outside it, so concurrent writers share
+//! fsyncs (group commit). Readers never take the write mutex.
+//!
+//! A page's first change after a checkpoint logs its whole image *after* the
+//! operation (its compressed block, modification log included) instead of
+//! patches; later changes log patches. So every page changed since the
+//! checkpoint has an image in the log, and recovery never reads a page that
+//! a crash may have torn.
+//!
+//! # Checkpoints
+//!
+//! A checkpoint picks `C` = the end of the log under the write mutex (and
+//! forgets which pages were imaged), syncs the log to `C`, writes every page
+//! whose oldest change is before `C`, syncs the data files and records `C`
+//! in the log's double-buffered header. It runs in the background every
+//! `checkpoint_interval`, when half the log is in use, and at close.
+//!
+//! # Recovery
+//!
+//! [`Db::open`] replays every group from the last checkpoint: images are
+//! installed, patches applied through the pool (which compresses exactly as
+//! it did before, so a page that fit then fits now).
+//!
+//! # Page ids in the log
+//!
+//! A logged page id is `tree_id << 48 | page_id`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use barracuda_btree::{LsnMode, OpContext, PoolStore, Tree as BTree, TreeConfig};
+use barracuda_codec::{Geometry, Lsn, PageId};
+use barracuda_io::{BlockFile, DirLock, FaultFile, IoOptions};
+use barracuda_pool::{
+    BufferPool, CodecService, CommitOutcome, DurableLsn, FileService, FlusherHandle, PageFormat,
+    PoolConfig, Services,
+};
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::catalog::{Catalog, TreeEntry, directory_error};
+use crate::error::{Error, Result};
+use crate::options::{Compression, Durability, Options, TreeOptions};
+use crate::tree::Tree;
+use crate::wal::{GROUP_BYTES_MAX, LoggedGroup, RedoEntry, RedoGroup, Wal, WalOptions};
+
+/// The log file's name in the database directory.
+pub const LOG_FILE_NAME: &str = "wal.log";
+
+/// Bits of a logged page id that hold the page id within its tree.
+const TREE_ID_SHIFT: u32 = 48;
+
+/// The root page of every tree: the first page allocated after the store's
+/// meta page (page 0).
+const ROOT_PAGE_ID: PageId = PageId(1);
+
+/// How often the background thread looks at the log's fill level.
+const BACKGROUND_TICK: Duration = Duration::from_millis(50);
+
+/// How often each pool's page cleaner writes dirty pages, and how many.
+const PAGE_CLEANER_INTERVAL: Duration = Duration::from_millis(100);
+const PAGE_CLEANER_BATCH_PAGES: usize = 256;
+
+fn logged_page_id(tree_id: u16, page_id: PageId) -> PageId {
+    PageId((u64::from(tree_id) << TREE_ID_SHIFT) | page_id.0)
+}
+
+fn split_logged_page_id(logged: PageId) -> (u16, PageId) {
+    let tree_id = (logged.0 >> TREE_ID_SHIFT) as u16;
+    (tree_id, PageId(logged.0 & ((1 << TREE_ID_SHIFT) - 1)))
+}
+
+/// The pools' write-ahead rule: pages may be written once the log is
+/// durable up to their LSN. During recovery (before the log is set) every
+/// replayed change is durable by definition.
+#[derive(Default)]
+struct WalDurable {
+    wal: OnceLock<Arc<Wal>>,
+}
+
+impl DurableLsn for WalDurable {
+    fn durable_lsn(&self) -> Lsn {
+        match self.wal.get() {
+            Some(wal) => wal.durable_lsn(),
+            // LSN_PENDING is u64::MAX; everything replayed is below this.
+            None => Lsn(u64::MAX - 1),
+        }
+    }
+}
+
+/// One tree: its B+tree, pool and data file.
+pub(crate) struct TreeInner {
+    pub(crate) entry: TreeEntry,
+    pub(crate) tree: BTree<PoolStore>,
+    pub(crate) file: Arc<dyn BlockFile>,
+    cleaner: Mutex<Option<FlusherHandle>>,
+}
+
+impl TreeInner {
+    pub(crate) fn pool(&self) -> &Arc<BufferPool> {
+        self.tree.store().pool()
+    }
+}
+
+/// What the write mutex guards.
+#[derive(Default)]
+struct WriteState {
+    /// Logged page ids whose image is in the log since the last checkpoint.
+    imaged: HashSet<PageId>,
+    /// The group being built (kept to reuse its buffer).
+    group: RedoGroup,
+}
+
+/// The changes of one atomic write, per tree.
+#[derive(Default)]
+pub(crate) struct Writer {
+    ops: Vec<(Arc<TreeInner>, OpContext)>,
+}
+
+impl Writer {
+    /// The operation context of `tree` within this write.
+    pub(crate) fn op(&mut self, tree: &Arc<TreeInner>) -> &mut OpContext {
+        let index = match self.ops.iter().position(|(t, _)| Arc::ptr_eq(t, tree)) {
+            Some(index) => index,
+            None => {
+                self.ops.push((Arc::clone(tree), OpContext::new()));
+                self.ops.len() - 1
+            }
+        };
+        &mut self.ops[index].1
+    }
+}
+
+pub(crate) struct DbInner {
+    dir: PathBuf,
+    pub(crate) options: Options,
+    io_options: IoOptions,
+    wal: Arc<Wal>,
+    durable: Arc<WalDurable>,
+    trees: RwLock<Vec<Arc<TreeInner>>>,
+    catalog: Mutex<Catalog>,
+    write: Mutex<WriteState>,
+    checkpoint_lock: Mutex<()>,
+    failure: Mutex<Option<String>>,
+    closed: AtomicBool,
+    stop: Mutex<bool>,
+    wake: Condvar,
+    background: Mutex<Option<JoinHandle<()>>>,
+    /// Released at close, even while `Tree` handles live on.
+    lock: Mutex<Option<DirLock>>,
+}
+
+/// An embedded key-value store: named B+trees over compressed pages. See the
+/// module documentation for how it keeps data safe. `Send + Sync`: share it
+/// (or its [`Tree`] handles) between threads.
+pub struct Db {
+    inner: Arc<DbInner>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("dir", &self.inner.dir).finish()
+    }
+}
+
+impl Db {
+    /// Options with documented defaults; finish with `.open(dir)`.
+    #[must_use]
+    pub fn options() -> Options {
+        Options::default()
+    }
+
+    /// Opens `dir` with default options.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Db> {
+        Options::default().open(dir)
+    }
+
+    pub(crate) fn open_with(dir: &Path, options: Options) -> Result<Db> {
+        options.validate()?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| directory_error(dir, format!("cannot create: {e}")))?;
+        let lock = DirLock::acquire(dir)?;
+        let catalog = Catalog::load(dir)?;
+        let io_options = IoOptions::default()
+            .backend(options.io_backend)
+            .flush_method(options.flush_method)
+            .read_io_threads(options.read_io_threads)
+            .write_io_threads(options.write_io_threads);
+        let durable = Arc::new(WalDurable::default());
+        let mut pools = HashMap::new();
+        for entry in &catalog.trees {
+            let opened = open_pool(dir, entry, &options, &io_options, &durable)?;
+            pools.insert(entry.id, opened);
+        }
+        let wal_file = barracuda_io::open(&dir.join(LOG_FILE_NAME), &io_options)?;
+        let wal_options = WalOptions::default().ring_bytes(options.log_bytes);
+        let mut replayed = HashSet::new();
+        let started = Instant::now();
+        let (wal, checkpoint) = Wal::open(wal_file, &wal_options, |group| {
+            replay(&pools, group, &mut replayed)
+        })?;
+        tracing::info!(
+            checkpoint = checkpoint.lsn.0,
+            pages = replayed.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "recovered"
+        );
+        let wal = Arc::new(wal);
+        if durable.wal.set(Arc::clone(&wal)).is_err() {
+            unreachable!("the log is set once, here");
+        }
+        let inner = Arc::new(DbInner {
+            dir: dir.to_path_buf(),
+            options,
+            io_options,
+            wal,
+            durable,
+            trees: RwLock::new(Vec::new()),
+            catalog: Mutex::new(catalog.clone()),
+            write: Mutex::new(WriteState::default()),
+            checkpoint_lock: Mutex::new(()),
+            failure: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            background: Mutex::new(None),
+            lock: Mutex::new(Some(lock)),
+        });
+        for entry in catalog.trees {
+            let Some((pool, file)) = pools.remove(&entry.id) else {
+                unreachable!("every catalog tree has a pool");
+            };
+            let meta_known = replayed.contains(&(entry.id, PageId(0))) || file.len()? > 0;
+            let tree = inner.attach_tree(entry, pool, file, meta_known)?;
+            inner.trees.write().push(tree);
+        }
+        let weak = Arc::downgrade(&inner);
+        let handle = std::thread::Builder::new()
+            .name("barracuda-background".into())
+            .spawn(move || background(weak))
+            .map_err(|e| directory_error(dir, format!("cannot start a thread: {e}")))?;
+        *inner.background.lock() = Some(handle);
+        Ok(Db { inner })
+    }
+
+    /// The tree named `name`, created with the default tree options if it
+    /// does not exist.
+    pub fn tree(&self, name: &str) -> Result<Tree> {
+        if let Some(tree) = self.inner.find_tree(name) {
+            return Ok(Tree::new(Arc::clone(&self.inner), tree));
+        }
+        let options = self.inner.options.default_tree.clone();
+        self.create_tree(name, options)
+    }
+
+    /// The tree named `name`, created with `options` if it does not exist.
+    /// An existing tree with different options is an error.
+    pub fn create_tree(&self, name: &str, options: TreeOptions) -> Result<Tree> {
+        self.inner.check_open()?;
+        let tree = self.inner.create_tree(name, options)?;
+        Ok(Tree::new(Arc::clone(&self.inner), tree))
+    }
+
+    /// The tree named `name`, which must exist.
+    pub fn open_tree(&self, name: &str) -> Result<Tree> {
+        match self.inner.find_tree(name) {
+            Some(tree) => Ok(Tree::new(Arc::clone(&self.inner), tree)),
+            None => Err(Error::TreeNotFound { name: name.into() }),
+        }
+    }
+
+    /// The names of all trees, in creation order.
+    pub fn tree_names(&self) -> Vec<String> {
+        self.inner
+            .trees
+            .read()
+            .iter()
+            .map(|t| t.entry.name.clone())
+            .collect()
+    }
+
+    /// Applies `batch` atomically (all or nothing, also across trees and
+    /// across a crash) with the database's durability.
+    pub fn write(&self, batch: crate::WriteBatch) -> Result<()> {
+        self.write_with(batch, self.inner.options.durability)
+    }
+
+    /// [`Db::write`] with the given durability.
+    pub fn write_with(&self, batch: crate::WriteBatch, durability: Durability) -> Result<()> {
+        batch.apply(&self.inner, durability)
+    }
+
+    /// Makes every write so far durable (useful under `NoSync`).
+    pub fn sync(&self) -> Result<()> {
+        let wal = &self.inner.wal;
+        wal.flush_to(wal.next_lsn())
+    }
+
+    /// Runs a checkpoint now: writes every dirty page and moves the log's
+    /// recovery start to the present.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.inner.check_open()?;
+        self.inner.checkpoint()
+    }
+
+    /// The write-ahead log's counters.
+    pub fn log_stats(&self) -> crate::wal::WalStats {
+        self.inner.wal.stats()
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Checks every tree: its structure and every page's block (each page
+    /// is read and verified). Returns the first problem found.
+    pub fn check(&self) -> Result<()> {
+        for tree in self.inner.trees.read().iter() {
+            tree.tree.check_invariants()?;
+            tree.tree.store().check_invariants()?;
+        }
+        Ok(())
+    }
+
+    /// Stops the background work, writes a final checkpoint and closes the
+    /// files. Dropping a `Db` does the same but cannot report errors.
+    pub fn close(self) -> Result<()> {
+        self.inner.shutdown()
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Err(e) = self.inner.shutdown() {
+            tracing::error!("closing {}: {e}", self.inner.dir.display());
+        }
+    }
+}
+
+/// Opens the data file and buffer pool of one tree.
+fn open_pool(
+    dir: &Path,
+    entry: &TreeEntry,
+    options: &Options,
+    io_options: &IoOptions,
+    durable: &Arc<WalDurable>,
+) -> Result<(Arc<BufferPool>, Arc<dyn BlockFile>)> {
+    let tree_options = entry.options();
+    let page = tree_options.page_size_bytes;
+    let block_size = tree_options.effective_block_size();
+    let geometry = if tree_options.compression == Compression::None {
+        Geometry::uncompressed(page)?
+    } else {
+        Geometry::new(page, block_size)?
+    };
+    let format = if geometry.is_uncompressed() {
+        PageFormat::Uncompressed
+    } else {
+        PageFormat::Compressed {
+            block_size_bytes: geometry.block_size_bytes(),
+        }
+    };
+    let mut file = barracuda_io::open(&dir.join(entry.file_name()), io_options)?;
+    if !options.device_latency.is_zero() {
+        file = Arc::new(FaultFile::with_latency(file, options.device_latency));
+    }
+    let durable_lsn: Arc<dyn DurableLsn> = durable.clone();
+    let services = Services {
+        codec: Arc::new(CodecService::new(
+            tree_options.compression.codec(),
+            geometry,
+        )?),
+        file: Arc::new(FileService::new(Arc::clone(&file))),
+        durable_lsn,
+        clock: None,
+    };
+    let config = PoolConfig::default()
+        .page_size_bytes(page)
+        .format(format)
+        .buffer_pool_bytes(options.buffer_pool_bytes)
+        .eviction_policy(options.eviction_policy);
+    let pool = Arc::new(BufferPool::open(config, services)?);
+    Ok((pool, file))
+}
+
+/// Replays one logged group into the pools.
+fn replay(
+    pools: &HashMap<u16, (Arc<BufferPool>, Arc<dyn BlockFile>)>,
+    group: &LoggedGroup,
+    replayed: &mut HashSet<(u16, PageId)>,
+) -> Result<()> {
+    for entry in group.entries()? {
+        match entry {
+            RedoEntry::FullBlock { page_id, block } => {
+                let (tree_id, page_id) = split_logged_page_id(page_id);
+                // A tree missing from the catalog was never created: its
+                // creation writes the catalog before logging anything.
+                let Some((pool, _)) = pools.get(&tree_id) else {
+                    continue;
+                };
+                pool.install_image(page_id, block, group.end_lsn)?;
+                replayed.insert((tree_id, page_id));
+            }
+            RedoEntry::Patches { page_id, patches } => {
+                let (tree_id, page_id) = split_logged_page_id(page_id);
+                let Some((pool, _)) = pools.get(&tree_id) else {
+                    continue;
+                };
+                let mut guard = pool.fix_exclusive(page_id)?;
+                for (offset, bytes) in patches {
+                    guard.write(offset as usize, bytes)?;
+                }
+                if guard.commit(group.end_lsn)? == CommitOutcome::DoesNotFit {
+                    return Err(Error::LogCorrupted {
+                        lsn: group.lsn,
+                        reason: "a logged change no longer fits its page's block",
+                    });
+                }
+                replayed.insert((tree_id, page_id));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl DbInner {
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    fn check_failure(&self) -> Result<()> {
+        self.check_open()?;
+        match &*self.failure.lock() {
+            Some(reason) => Err(Error::Failed {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&self, error: &Error) {
+        let mut failure = self.failure.lock();
+        if failure.is_none() {
+            tracing::error!("database failed, writes refused until reopened: {error}");
+            *failure = Some(error.to_string());
+        }
+    }
+
+    fn find_tree(&self, name: &str) -> Option<Arc<TreeInner>> {
+        self.trees
+            .read()
+            .iter()
+            .find(|t| t.entry.name == name)
+            .cloned()
+    }
+
+    /// Opens the tree of `entry` on its pool, formatting it if it was
+    /// created but never formatted (a crash between the catalog write and
+    /// the first log record).
+    fn attach_tree(
+        &self,
+        entry: TreeEntry,
+        pool: Arc<BufferPool>,
+        file: Arc<dyn BlockFile>,
+        meta_known: bool,
+    ) -> Result<Arc<TreeInner>> {
+        let compressed = entry.compression != Compression::None;
+        let config = TreeConfig {
+            policy: entry.split_policy,
+            compressed,
+            ..TreeConfig::default()
+        };
+        let cleaner = pool.spawn_flusher(PAGE_CLEANER_INTERVAL, PAGE_CLEANER_BATCH_PAGES);
+        if meta_known {
+            let store = Arc::new(PoolStore::open(pool, LsnMode::Logged)?);
+            let tree = BTree::open(store, ROOT_PAGE_ID, config);
+            return Ok(Arc::new(TreeInner {
+                entry,
+                tree,
+                file,
+                cleaner: Mutex::new(Some(cleaner)),
+            }));
+        }
+        // Format: the meta page and the root, logged as one group.
+        let id = entry.id;
+        let mut state = self.write.lock();
+        let mut op = OpContext::new();
+        let store = Arc::new(PoolStore::format(pool, LsnMode::Logged, &mut op)?);
+        let tree = BTree::create(Arc::clone(&store), config)?;
+        if tree.root_page_id() != ROOT_PAGE_ID {
+            unreachable!("the first page after the meta page is the root");
+        }
+        let inner = Arc::new(TreeInner {
+            entry,
+            tree,
+            file,
+            cleaner: Mutex::new(Some(cleaner)),
+        });
+        let mut writer = Writer::default();
+        *writer.op(&inner) = op;
+        for finished in store.take_finished_ops() {
+            merge_op(writer.op(&inner), finished);
+        }
+        let logged = self.log_ops(&mut state, &writer);
+        drop(state);
+        let end = logged.inspect_err(|e| self.fail(e))?;
+        if let Some(end) = end {
+            self.wal.flush_to(end)?;
+        }
+        tracing::debug!(tree = id, "tree formatted");
+        Ok(inner)
+    }
+
+    fn create_tree(&self, name: &str, options: TreeOptions) -> Result<Arc<TreeInner>> {
+        let mut catalog = self.catalog.lock();
+        if let Some(existing) = self.find_tree(name) {
+            let have = existing.entry.options();
+            if have != options {
+                return Err(Error::TreeOptionsMismatch {
+                    name: name.into(),
+                    reason: format!("exists as {have:?}, asked for {options:?}"),
+                });
+            }
+            return Ok(existing);
+        }
+        if name.is_empty() || name.len() > 255 {
+            return Err(Error::InvalidOptions {
+                reason: format!("a tree name must have 1 to 255 bytes, not {}", name.len()),
+            });
+        }
+        let entry = TreeEntry {
+            id: catalog.next_id()?,
+            name: name.into(),
+            page_size_bytes: options.page_size_bytes,
+            compression: options.compression,
+            block_size: options.effective_block_size(),
+            split_policy: options.split_policy,
+        };
+        // Validate the format before anything is written.
+        let (pool, file) = open_pool(
+            &self.dir,
+            &entry,
+            &self.options,
+            &self.io_options,
+            &self.durable,
+        )?;
+        if file.len()? != 0 {
+            return Err(directory_error(
+                &self.dir,
+                format!("{} exists but is not in the catalog", entry.file_name()),
+            ));
+        }
+        let mut next = catalog.clone();
+        next.trees.push(entry.clone());
+        next.store(&self.dir)?;
+        *catalog = next;
+        let tree = self.attach_tree(entry, pool, file, false)?;
+        self.trees.write().push(Arc::clone(&tree));
+        Ok(tree)
+    }
+
+    /// Runs `f` as one atomic write: its changes are logged as one group.
+    pub(crate) fn write<R>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&mut Writer) -> Result<R>,
+    ) -> Result<R> {
+        self.check_failure()?;
+        let mut state = self.lock_with_log_room()?;
+        let mut writer = Writer::default();
+        let result = f(&mut writer);
+        // Whatever `f` committed is in memory: log it even if `f` failed
+        // half way, so that memory and log agree.
+        let logged = self.log_ops(&mut state, &writer);
+        drop(state);
+        let end = logged.inspect_err(|e| self.fail(e))?;
+        let value = result?;
+        if let Some(end) = end {
+            self.wait_durable(durability, end)?;
+        }
+        Ok(value)
+    }
+
+    fn wait_durable(&self, durability: Durability, end: Lsn) -> Result<()> {
+        match durability {
+            Durability::Sync => self.wal.flush_to(end),
+            Durability::Group => {
+                if self.wal.durable_lsn() < end {
+                    std::thread::sleep(self.options.group_commit_window);
+                }
+                self.wal.flush_to(end)
+            }
+            Durability::NoSync => Ok(()),
+        }
+    }
+
+    /// The write mutex, once the log has room for a maximal group; makes
+    /// room with a checkpoint (without the mutex) if needed.
+    fn lock_with_log_room(&self) -> Result<parking_lot::MutexGuard<'_, WriteState>> {
+        loop {
+            let state = self.write.lock();
+            let ring = self.wal.ring_bytes();
+            let free = ring.saturating_sub(self.wal.used_bytes());
+            if free >= self.group_bytes_max() as u64 + (ring / 8) {
+                return Ok(state);
+            }
+            drop(state);
+            self.checkpoint()?;
+        }
+    }
+
+    /// The most log bytes one atomic write may need.
+    pub(crate) fn group_bytes_max(&self) -> usize {
+        GROUP_BYTES_MAX.min((self.wal.ring_bytes() / 4) as usize)
+    }
+
+    /// Logs the operations of `writer` as one group and stamps their pages.
+    /// Returns the group's end, or `None` if nothing changed.
+    fn log_ops(&self, state: &mut WriteState, writer: &Writer) -> Result<Option<Lsn>> {
+        let WriteState { imaged, group } = state;
+        group.clear();
+        for (tree, op) in &writer.ops {
+            let pool = tree.pool();
+            let touched = op
+                .pages
+                .iter()
+                .map(|p| p.page_id)
+                .chain(op.allocated.iter().copied())
+                .chain(op.freed.iter().copied());
+            let mut imaged_now = HashSet::new();
+            for page_id in touched {
+                let logged = logged_page_id(tree.entry.id, page_id);
+                if imaged.contains(&logged) {
+                    continue;
+                }
+                let guard = pool.fix_shared(page_id)?;
+                group.full_block(logged, pool.image(&guard));
+                imaged.insert(logged);
+                imaged_now.insert(page_id);
+            }
+            for page in &op.pages {
+                if imaged_now.contains(&page.page_id) {
+                    continue;
+                }
+                let logged = logged_page_id(tree.entry.id, page.page_id);
+                for patch in &page.patches {
+                    group.patch(logged, patch.offset, &patch.bytes);
+                }
+            }
+        }
+        if group.is_empty() {
+            return Ok(None);
+        }
+        let range = self.wal.append(group)?;
+        for (tree, op) in &writer.ops {
+            tree.tree.store().stamp(op, range.end);
+        }
+        Ok(Some(range.end))
+    }
+
+    /// See the module documentation.
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        let _checkpointing = self.checkpoint_lock.lock();
+        let target = {
+            let mut state = self.write.lock();
+            state.imaged.clear();
+            self.wal.next_lsn()
+        };
+        self.wal.flush_to(target)?;
+        let trees = self.trees.read().clone();
+        for tree in &trees {
+            self.flush_tree_before(tree, target)?;
+        }
+        self.wal.checkpoint(target, &[])?;
+        tracing::debug!(lsn = target.0, "checkpoint");
+        Ok(())
+    }
+
+    /// Writes every page of `tree` whose oldest change is before `target`,
+    /// then syncs its file.
+    fn flush_tree_before(&self, tree: &TreeInner, target: Lsn) -> Result<()> {
+        let pool = tree.pool();
+        loop {
+            pool.flush_some(usize::MAX)?;
+            match pool.oldest_dirty_lsn() {
+                None => break,
+                Some(oldest) if oldest > target => break,
+                // A page older than the target is being changed again right
+                // now (its newest change is pending or not yet durable).
+                Some(_) => {
+                    self.wal.flush_to(self.wal.next_lsn())?;
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        }
+        tree.file.sync_data()?;
+        Ok(())
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        *self.stop.lock() = true;
+        self.wake.notify_all();
+        if let Some(handle) = self.background.lock().take() {
+            let _ = handle.join();
+        }
+        let result = if self.failure.lock().is_some() {
+            // Memory may hold changes the log does not: write nothing more.
+            Ok(())
+        } else {
+            self.checkpoint()
+        };
+        for tree in self.trees.read().iter() {
+            tree.cleaner.lock().take();
+        }
+        self.lock.lock().take();
+        result
+    }
+}
+
+/// Appends `from`'s changes to `into`.
+fn merge_op(into: &mut OpContext, from: OpContext) {
+    into.pages.extend(from.pages);
+    into.allocated.extend(from.allocated);
+    into.freed.extend(from.freed);
+}
+
+/// The background thread: syncs the log under `NoSync`, runs checkpoints
+/// on schedule or when half the log is in use.
+fn background(db: Weak<DbInner>) {
+    let mut last_checkpoint = Instant::now();
+    let mut last_log_flush = Instant::now();
+    loop {
+        let Some(db) = db.upgrade() else { return };
+        {
+            let mut stop = db.stop.lock();
+            if *stop {
+                return;
+            }
+            db.wake.wait_for(&mut stop, BACKGROUND_TICK);
+            if *stop {
+                return;
+            }
+        }
+        if db.failure.lock().is_some() {
+            continue;
+        }
+        if db.options.durability == Durability::NoSync
+            && last_log_flush.elapsed() >= db.options.log_flush_interval
+        {
+            last_log_flush = Instant::now();
+            if let Err(e) = db.wal.flush_to(db.wal.next_lsn()) {
+                db.fail(&e);
+            }
+        }
+        let half_full = db.wal.used_bytes() * 2 > db.wal.ring_bytes();
+        if half_full || last_checkpoint.elapsed() >= db.options.checkpoint_interval {
+            last_checkpoint = Instant::now();
+            if let Err(e) = db.checkpoint() {
+                tracing::warn!("background checkpoint failed: {e}");
+            }
+        }
+    }
+}
+
+/// Whether `Db` is shareable across threads (checked at compile time).
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Db>();
+    assert_send_sync::<Tree>();
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logged_page_ids_round_trip() {
+        for (tree, page) in [(1, 0), (7, 12345), (u16::MAX, (1 << TREE_ID_SHIFT) - 1)] {
+            let logged = logged_page_id(tree, PageId(page));
+            assert_eq!(split_logged_page_id(logged), (tree, PageId(page)));
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! Options of a [`crate::Db`] and of its trees, with documented defaults.
+
+use std::path::Path;
+use std::time::Duration;
+
+use barracuda_btree::SplitPolicy;
+use barracuda_codec::{BlockSize, Codec};
+use barracuda_io::{Backend, FlushMethod};
+use barracuda_pool::EvictionPolicy;
+use serde::{Deserialize, Serialize};
+
+use crate::db::Db;
+use crate::error::{Error, Result};
+
+/// When a write is durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Durability {
+    /// Durable when the call returns: the commit waits for its log record's
+    /// fsync. Writers that commit at the same time share one fsync (group
+    /// commit). The default.
+    #[default]
+    Sync,
+    /// Durable when the call returns, like `Sync`, but the committing
+    /// thread first waits [`Options::group_commit_window`] so that more
+    /// writers join its fsync: fewer fsyncs, longer commits.
+    Group,
+    /// Returns once the change is in the log buffer; a background thread
+    /// syncs the log every [`Options::log_flush_interval`]. A crash loses
+    /// at most the writes of the last interval, never consistency.
+    NoSync,
+}
+
+/// How the pages of one tree are stored. Fixed when the tree is created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeOptions {
+    pub(crate) page_size_bytes: usize,
+    pub(crate) compression: Compression,
+    pub(crate) block_size: BlockSize,
+    pub(crate) split_policy: SplitPolicy,
+}
+
+impl Default for TreeOptions {
+    fn default() -> Self {
+        Self {
+            page_size_bytes: /* InnoDB's default page */ 16 << 10,
+            compression: Compression::Zlib { level: 6 },
+            block_size: /* InnoDB's KEY_BLOCK_SIZE=8 */ BlockSize::Kib8,
+            split_policy: SplitPolicy::Adaptive,
+        }
+    }
+}
+
+/// The page compression of a tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Compression {
+    /// Uncompressed pages (the block size is ignored).
+    None,
+    /// zlib at `level` 1..=9 (6 is zlib's default).
+    Zlib {
+        /// 1..=9.
+        level: u32,
+    },
+    /// Zstandard at `level` 1..=19.
+    Zstd {
+        /// 1..=19.
+        level: i32,
+    },
+}
+
+impl Compression {
+    pub(crate) fn codec(self) -> Codec {
+        match self {
+            Compression::None => Codec::None,
+            Compression::Zlib { level } => Codec::Zlib { level },
+            Compression::Zstd { level } => Codec::Zstd {
+                level,
+                dictionary: None,
+            },
+        }
+    }
+}
+
+impl TreeOptions {
+    /// Uncompressed page size: a power of two from 4 KiB to 64 KiB.
+    /// Default = 16 KiB.
+    #[must_use]
+    pub fn page_size_bytes(mut self, page_size_bytes: usize) -> Self {
+        self.page_size_bytes = page_size_bytes;
+        self
+    }
+
+    /// Page compression. Default = zlib level 6.
+    #[must_use]
+    pub fn compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
+        self
+    }
+
+    /// Size of a compressed block on disk and in the cache, smaller than
+    /// the page. Default = 8 KiB. Ignored for `Compression::None`.
+    #[must_use]
+    pub fn block_size(mut self, block_size: BlockSize) -> Self {
+        self.block_size = block_size;
+        self
+    }
+
+    /// How full pages split. Default = `Adaptive` (sequential inserts,
+    /// also in the middle of the tree, leave pages nearly full).
+    #[must_use]
+    pub fn split_policy(mut self, split_policy: SplitPolicy) -> Self {
+        self.split_policy = split_policy;
+        self
+    }
+
+    /// The block size actually used: the page size when uncompressed.
+    pub(crate) fn effective_block_size(&self) -> BlockSize {
+        match self.compression {
+            Compression::None => BlockSize::Uncompressed,
+            _ => self.block_size,
+        }
+    }
+}
+
+/// Options of a database, from [`Db::options`]; `open` creates or opens.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub(crate) buffer_pool_bytes: usize,
+    pub(crate) eviction_policy: EvictionPolicy,
+    pub(crate) read_io_threads: usize,
+    pub(crate) write_io_threads: usize,
+    pub(crate) io_backend: Backend,
+    pub(crate) flush_method: FlushMethod,
+    pub(crate) durability: Durability,
+    pub(crate) group_commit_window: Duration,
+    pub(crate) log_flush_interval: Duration,
+    pub(crate) checkpoint_interval: Duration,
+    pub(crate) log_bytes: u64,
+    pub(crate) device_latency: Duration,
+    pub(crate) default_tree: TreeOptions,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            buffer_pool_bytes: /* 128 MiB */ 128 << 20,
+            eviction_policy: EvictionPolicy::CostAware,
+            read_io_threads: /* InnoDB's default */ 4,
+            write_io_threads: /* InnoDB's default */ 4,
+            io_backend: Backend::Auto,
+            flush_method: FlushMethod::ODirect,
+            durability: Durability::Sync,
+            group_commit_window: Duration::from_micros(200),
+            log_flush_interval: /* InnoDB's flush_log_at_trx_commit=2 */ Duration::from_secs(1),
+            checkpoint_interval: Duration::from_secs(10),
+            log_bytes: /* 128 MiB */ 128 << 20,
+            device_latency: Duration::ZERO,
+            default_tree: TreeOptions::default(),
+        }
+    }
+}
+
+impl Options {
+    /// Cache budget of **each tree** (every tree has its own buffer pool and
+    /// data file): uncompressed frames and compressed blocks together.
+    /// Default = 128 MiB.
+    #[must_use]
+    pub fn buffer_pool_bytes(mut self, buffer_pool_bytes: usize) -> Self {
+        self.buffer_pool_bytes = buffer_pool_bytes;
+        self
+    }
+
+    /// How the pool chooses between dropping an uncompressed frame and
+    /// evicting a whole page. Default = `CostAware`.
+    #[must_use]
+    pub fn eviction_policy(mut self, eviction_policy: EvictionPolicy) -> Self {
+        self.eviction_policy = eviction_policy;
+        self
+    }
+
+    /// Threads (each with its own io_uring) for read-ahead, 1..=64.
+    /// Default = 4. Ordinary page reads are submitted by the reading thread.
+    #[must_use]
+    pub fn read_io_threads(mut self, count: usize) -> Self {
+        self.read_io_threads = count;
+        self
+    }
+
+    /// Threads for page writes, 1..=64. Default = 4.
+    #[must_use]
+    pub fn write_io_threads(mut self, count: usize) -> Self {
+        self.write_io_threads = count;
+        self
+    }
+
+    /// io_uring, pread/pwrite, or io_uring when available (default).
+    #[must_use]
+    pub fn io_backend(mut self, backend: Backend) -> Self {
+        self.io_backend = backend;
+        self
+    }
+
+    /// As InnoDB's `innodb_flush_method`. Default = `ODirect` (the page
+    /// cache is bypassed; the buffer pool is the only cache). Use `Fsync`
+    /// on filesystems that refuse O_DIRECT (tmpfs).
+    #[must_use]
+    pub fn flush_method(mut self, flush_method: FlushMethod) -> Self {
+        self.flush_method = flush_method;
+        self
+    }
+
+    /// When writes are durable. Default = `Sync`.
+    #[must_use]
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// How long a `Group` commit waits for others before its fsync.
+    /// Default = 200 µs.
+    #[must_use]
+    pub fn group_commit_window(mut self, window: Duration) -> Self {
+        self.group_commit_window = window;
+        self
+    }
+
+    /// How often the log is synced under `NoSync`. Default = 1 s.
+    #[must_use]
+    pub fn log_flush_interval(mut self, interval: Duration) -> Self {
+        self.log_flush_interval = interval;
+        self
+    }
+
+    /// How often a background checkpoint runs (one also runs when half the
+    /// log is in use, and at close). Default = 10 s.
+    #[must_use]
+    pub fn checkpoint_interval(mut self, interval: Duration) -> Self {
+        self.checkpoint_interval = interval;
+        self
+    }
+
+    /// Size of the circular write-ahead log. Fixed when the database is
+    /// created. Default = 128 MiB; at least 1 MiB.
+    #[must_use]
+    pub fn log_bytes(mut self, log_bytes: u64) -> Self {
+        self.log_bytes = log_bytes;
+        self
+    }
+
+    /// Adds this latency to every data-file read and write (through the
+    /// fault-injecting backend), to emulate a slow disk in benchmarks.
+    /// Default = none.
+    #[must_use]
+    pub fn device_latency(mut self, latency: Duration) -> Self {
+        self.device_latency = latency;
+        self
+    }
+
+    /// Options of trees created by [`Db::tree`] without options.
+    #[must_use]
+    pub fn default_tree_options(mut self, options: TreeOptions) -> Self {
+        self.default_tree = options;
+        self
+    }
+
+    /// Opens the database in `dir`, creating the directory and the database
+    /// if needed, and recovers from a crash if there was one.
+    pub fn open(self, dir: impl AsRef<Path>) -> Result<Db> {
+        Db::open_with(dir.as_ref(), self)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let invalid = |reason: String| Err(Error::InvalidOptions { reason });
+        if !(1..=64).contains(&self.read_io_threads) || !(1..=64).contains(&self.write_io_threads) {
+            return invalid(format!(
+                "read and write I/O threads must be 1..=64, not {} and {}",
+                self.read_io_threads, self.write_io_threads
+            ));
+        }
+        if self.log_bytes < (1 << 20) {
+            return invalid(format!(
+                "log_bytes {} is below the minimum of 1 MiB",
+                self.log_bytes
+            ));
+        }
+        if self.buffer_pool_bytes < (1 << 20) {
+            return invalid(format!(
+                "buffer_pool_bytes {} is below the minimum of 1 MiB",
+                self.buffer_pool_bytes
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,376 @@
+//! A handle to one named tree of a [`crate::Db`], and its range iterator.
+
+use std::collections::VecDeque;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use barracuda_btree::{KEY_BYTES_MAX, TreeStats, VALUE_BYTES_MAX};
+use barracuda_pool::PoolStatus;
+
+use crate::db::{DbInner, TreeInner};
+use crate::error::{Error, Result};
+use crate::options::{Durability, TreeOptions};
+
+/// Entries a range iterator copies per descent of the tree.
+const RANGE_CHUNK_ENTRIES: usize = 256;
+
+/// One named tree. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Tree {
+    db: Arc<DbInner>,
+    inner: Arc<TreeInner>,
+}
+
+impl std::fmt::Debug for Tree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tree")
+            .field("name", &self.inner.entry.name)
+            .finish()
+    }
+}
+
+/// A key and its value.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+impl Tree {
+    pub(crate) fn new(db: Arc<DbInner>, inner: Arc<TreeInner>) -> Tree {
+        Tree { db, inner }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<TreeInner> {
+        &self.inner
+    }
+
+    pub(crate) fn db(&self) -> &Arc<DbInner> {
+        &self.db
+    }
+
+    /// The tree's name.
+    pub fn name(&self) -> &str {
+        &self.inner.entry.name
+    }
+
+    /// The options the tree was created with.
+    pub fn options(&self) -> TreeOptions {
+        self.inner.entry.options()
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.db.check_open()?;
+        Ok(self.inner.tree.get(key)?)
+    }
+
+    /// Whether `key` is present.
+    pub fn contains_key(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.get(key)?.is_some())
+    }
+
+    /// Sets `key` to `value` with the database's durability. Returns whether
+    /// the key existed.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.put_with(key, value, self.db.options.durability)
+    }
+
+    /// [`Tree::put`] with the given durability.
+    pub fn put_with(&self, key: &[u8], value: &[u8], durability: Durability) -> Result<bool> {
+        check_entry(&self.db, &self.inner, key, Some(value))?;
+        self.db.write(durability, |writer| {
+            let op = writer.op(&self.inner);
+            Ok(self.inner.tree.insert_in(op, key, value)?)
+        })
+    }
+
+    /// Removes `key`. Returns whether it existed.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.delete_with(key, self.db.options.durability)
+    }
+
+    /// [`Tree::delete`] with the given durability.
+    pub fn delete_with(&self, key: &[u8], durability: Durability) -> Result<bool> {
+        check_entry(&self.db, &self.inner, key, None)?;
+        self.db.write(durability, |writer| {
+            let op = writer.op(&self.inner);
+            Ok(self.inner.tree.delete_in(op, key)?)
+        })
+    }
+
+    /// The entries with keys in `range`, in key order; `.rev()` for
+    /// descending order. Holds no latch between items: entries written
+    /// during the iteration may or may not be seen.
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Range {
+        let own = |b: Bound<&K>| match b {
+            Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+            Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        Range {
+            tree: self.clone(),
+            front: own(range.start_bound()),
+            back: own(range.end_bound()),
+            front_buf: VecDeque::new(),
+            back_buf: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// Every entry, in key order.
+    pub fn iter(&self) -> Range {
+        self.range::<&[u8], _>(..)
+    }
+
+    /// The entries whose keys start with `prefix`, in key order.
+    pub fn prefix(&self, prefix: &[u8]) -> Range {
+        let start = Bound::Included(prefix.to_vec());
+        let end = match prefix_successor(prefix) {
+            Some(next) => Bound::Excluded(next),
+            None => Bound::Unbounded,
+        };
+        self.range((start, end))
+    }
+
+    /// The entry with the smallest key.
+    pub fn first(&self) -> Result<Option<KeyValue>> {
+        self.iter().next().transpose()
+    }
+
+    /// The entry with the largest key.
+    pub fn last(&self) -> Result<Option<KeyValue>> {
+        self.iter().next_back().transpose()
+    }
+
+    /// The tree's buffer pool status (hit rate, LRU lengths, I/O, unzips).
+    pub fn pool_status(&self) -> PoolStatus {
+        self.inner.pool().status()
+    }
+
+    /// Height, page counts, fill factor and compression of the tree (reads
+    /// every page).
+    pub fn stats(&self) -> Result<TreeStats> {
+        Ok(self.inner.tree.stats()?)
+    }
+
+    /// Checks the tree's structure and its store's free list (reads every
+    /// page, verifying its block).
+    pub fn check(&self) -> Result<()> {
+        self.inner.tree.check_invariants()?;
+        self.inner.tree.store().check_invariants()?;
+        Ok(())
+    }
+
+    /// Size of the tree's data file in bytes.
+    pub fn file_bytes(&self) -> Result<u64> {
+        Ok(self.inner.file.len()?)
+    }
+}
+
+/// Rejects keys and values the tree cannot take, and writes the log could
+/// not hold in one group, before anything changes.
+pub(crate) fn check_entry(
+    db: &DbInner,
+    tree: &TreeInner,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Result<usize> {
+    if key.len() > KEY_BYTES_MAX {
+        return Err(barracuda_btree::Error::KeyTooLong {
+            len_bytes: key.len(),
+            max_bytes: KEY_BYTES_MAX,
+        }
+        .into());
+    }
+    let value_len = value.map_or(0, <[u8]>::len);
+    if value_len > VALUE_BYTES_MAX {
+        return Err(barracuda_btree::Error::ValueTooLong {
+            len_bytes: value_len,
+            max_bytes: VALUE_BYTES_MAX,
+        }
+        .into());
+    }
+    let estimated = worst_case_log_bytes(tree, key.len() + value_len);
+    let with_group = estimated + BATCH_IMAGES_MORE * image_bytes(tree);
+    let limit = db.group_bytes_max();
+    if with_group > limit {
+        return Err(Error::BatchTooLarge {
+            estimated_bytes: with_group,
+            limit_bytes: limit,
+        });
+    }
+    Ok(estimated)
+}
+
+/// Log bytes one put or delete adds at most to its group: images of the
+/// pages it may change (its leaf, and for a split or merge a sibling and
+/// the parent) plus the entry twice (as patches and inside an image).
+/// [`BATCH_IMAGES_MORE`] more images cover the deeper levels and the store's
+/// meta page once per group.
+pub(crate) fn worst_case_log_bytes(tree: &TreeInner, entry_bytes: usize) -> usize {
+    /// Leaf, sibling, parent.
+    const IMAGES_PER_OPERATION: usize = 3;
+    IMAGES_PER_OPERATION * image_bytes(tree) + 2 * entry_bytes + PATCH_OVERHEAD_BYTES
+}
+
+/// Images one group may need beyond those counted per operation: the
+/// levels above the parent and the meta page.
+pub(crate) const BATCH_IMAGES_MORE: usize = 8;
+
+/// Log bytes of patch and entry headers per operation (generous).
+const PATCH_OVERHEAD_BYTES: usize = 256;
+
+/// Bytes of one page image in the log: the block size.
+pub(crate) fn image_bytes(tree: &TreeInner) -> usize {
+    let page = tree.entry.page_size_bytes;
+    tree.entry
+        .options()
+        .effective_block_size()
+        .compressed_bytes()
+        .unwrap_or(page)
+}
+
+/// The smallest key greater than every key starting with `prefix`, if any.
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut next = prefix.to_vec();
+    while let Some(last) = next.pop() {
+        if last < u8::MAX {
+            next.push(last + 1);
+            return Some(next);
+        }
+    }
+    None
+}
+
+/// An iterator over a key range, from [`Tree::range`]. Double-ended.
+pub struct Range {
+    tree: Tree,
+    /// Keys not yet fetched from the front are past this bound.
+    front: Bound<Vec<u8>>,
+    /// Keys not yet fetched from the back are before this bound.
+    back: Bound<Vec<u8>>,
+    front_buf: VecDeque<KeyValue>,
+    back_buf: VecDeque<KeyValue>,
+    done: bool,
+}
+
+fn below(key: &[u8], bound: &Bound<Vec<u8>>) -> bool {
+    match bound {
+        Bound::Included(b) => key <= b.as_slice(),
+        Bound::Excluded(b) => key < b.as_slice(),
+        Bound::Unbounded => true,
+    }
+}
+
+fn above(key: &[u8], bound: &Bound<Vec<u8>>) -> bool {
+    match bound {
+        Bound::Included(b) => key >= b.as_slice(),
+        Bound::Excluded(b) => key > b.as_slice(),
+        Bound::Unbounded => true,
+    }
+}
+
+impl Range {
+    /// Copies the next chunk of entries from the front.
+    fn fill_front(&mut self) -> Result<()> {
+        self.tree.db.check_open()?;
+        let mut cursor = self.tree.inner.tree.cursor();
+        let mut on = match &self.front {
+            Bound::Included(k) | Bound::Excluded(k) => cursor.seek(k)?,
+            Bound::Unbounded => cursor.first()?,
+        };
+        while on && self.front_buf.len() < RANGE_CHUNK_ENTRIES {
+            let Some((key, value)) = cursor.entry() else {
+                break;
+            };
+            if !above(key, &self.front) {
+                on = cursor.next()?;
+                continue;
+            }
+            if !below(key, &self.back) {
+                break;
+            }
+            self.front_buf.push_back((key.clone(), value.clone()));
+            on = cursor.next()?;
+        }
+        match self.front_buf.back() {
+            Some((key, _)) => self.front = Bound::Excluded(key.clone()),
+            None => self.done = true,
+        }
+        Ok(())
+    }
+
+    /// Copies the next chunk of entries from the back.
+    fn fill_back(&mut self) -> Result<()> {
+        self.tree.db.check_open()?;
+        let mut cursor = self.tree.inner.tree.cursor();
+        let mut on = match &self.back {
+            Bound::Included(k) | Bound::Excluded(k) => cursor.seek_for_prev(k)?,
+            Bound::Unbounded => cursor.last()?,
+        };
+        while on && self.back_buf.len() < RANGE_CHUNK_ENTRIES {
+            let Some((key, value)) = cursor.entry() else {
+                break;
+            };
+            if !below(key, &self.back) {
+                on = cursor.prev()?;
+                continue;
+            }
+            if !above(key, &self.front) {
+                break;
+            }
+            self.back_buf.push_back((key.clone(), value.clone()));
+            on = cursor.prev()?;
+        }
+        match self.back_buf.back() {
+            Some((key, _)) => self.back = Bound::Excluded(key.clone()),
+            None => self.done = true,
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for Range {
+    type Item = Result<KeyValue>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.front_buf.is_empty()
+            && !self.done
+            && let Err(e) = self.fill_front()
+        {
+            self.done = true;
+            return Some(Err(e));
+        }
+        if let Some(entry) = self.front_buf.pop_front() {
+            return Some(Ok(entry));
+        }
+        // The back may have fetched the rest already (front meets back).
+        self.back_buf.pop_back().map(Ok)
+    }
+}
+
+impl DoubleEndedIterator for Range {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.back_buf.is_empty()
+            && !self.done
+            && let Err(e) = self.fill_back()
+        {
+            self.done = true;
+            return Some(Err(e));
+        }
+        if let Some(entry) = self.back_buf.pop_front() {
+            return Some(Ok(entry));
+        }
+        self.front_buf.pop_back().map(Ok)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_successor;
+
+    #[test]
+    fn prefix_successor_carries() {
+        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_successor(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[0xff, 0xff]), None);
+        assert_eq!(prefix_successor(b""), None);
+    }
+}

@@ -1,0 +1,193 @@
+//! The embedded store end to end: API against a model, reopen, recovery
+//! without a clean close, bad input, the directory lock.
+
+#![allow(clippy::unwrap_used, reason = "tests may unwrap")]
+use std::collections::BTreeMap;
+
+use barracuda::{Compression, Db, Durability, Error, TreeOptions, WriteBatch};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+fn tempdir() -> tempfile::TempDir {
+    // Under target/: an ext4 filesystem where O_DIRECT works (not tmpfs).
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn small() -> barracuda::Options {
+    Db::options()
+        .buffer_pool_bytes(1 << 20)
+        .log_bytes(16 << 20)
+        .durability(Durability::NoSync)
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
+
+fn value(rng: &mut SmallRng, i: u64) -> Vec<u8> {
+    let len = rng.random_range(0..400);
+    let word = format!("value {i} ");
+    word.bytes().cycle().take(len).collect()
+}
+
+fn assert_same(tree: &barracuda::Tree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    let all: Vec<_> = tree.iter().map(Result::unwrap).collect();
+    let expected: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(all.len(), expected.len());
+    assert!(all == expected, "tree differs from the model");
+    let rev: Vec<_> = tree.iter().rev().map(Result::unwrap).collect();
+    assert!(rev.iter().eq(expected.iter().rev()), "reverse scan differs");
+}
+
+#[test]
+fn model_then_reopen() {
+    let dir = tempdir();
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut model = BTreeMap::new();
+    {
+        let db = small().open(dir.path()).unwrap();
+        let tree = db.tree("t").unwrap();
+        for step in 0..6000u64 {
+            let i = rng.random_range(0..2000);
+            if rng.random_range(0..4) == 0 {
+                assert_eq!(
+                    tree.delete(&key(i)).unwrap(),
+                    model.remove(&key(i)).is_some()
+                );
+            } else {
+                let v = value(&mut rng, step);
+                assert_eq!(
+                    tree.put(&key(i), &v).unwrap(),
+                    model.insert(key(i), v).is_some()
+                );
+            }
+            if step % 2000 == 0 {
+                db.checkpoint().unwrap();
+            }
+        }
+        assert_same(&tree, &model);
+        db.check().unwrap();
+        db.close().unwrap();
+    }
+    let db = small().open(dir.path()).unwrap();
+    let tree = db.open_tree("t").unwrap();
+    assert_same(&tree, &model);
+    db.check().unwrap();
+}
+
+#[test]
+fn ranges_prefixes_first_last() {
+    let dir = tempdir();
+    let db = small().open(dir.path()).unwrap();
+    let tree = db.tree("r").unwrap();
+    for i in 0..1000u64 {
+        tree.put(&key(i), &i.to_le_bytes()).unwrap();
+    }
+    fn keys(r: impl Iterator<Item = barracuda::Result<barracuda::KeyValue>>) -> Vec<Vec<u8>> {
+        r.map(|e| e.unwrap().0).collect()
+    }
+    assert_eq!(
+        keys(tree.range(key(10)..key(20))),
+        (10..20).map(key).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        keys(tree.range(key(10)..=key(20)).rev()),
+        (10..=20).rev().map(key).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        keys(tree.prefix(b"key0000099")),
+        vec![
+            key(990),
+            key(991),
+            key(992),
+            key(993),
+            key(994),
+            key(995),
+            key(996),
+            key(997),
+            key(998),
+            key(999)
+        ]
+    );
+    assert_eq!(tree.first().unwrap().unwrap().0, key(0));
+    assert_eq!(tree.last().unwrap().unwrap().0, key(999));
+    // Both ends at once meet in the middle without repeating an entry.
+    let mut range = tree.range(key(100)..key(700));
+    let mut seen = Vec::new();
+    loop {
+        match (range.next(), range.next_back()) {
+            (None, None) => break,
+            (a, b) => {
+                seen.extend(a.map(|e| e.unwrap().0));
+                seen.extend(b.map(|e| e.unwrap().0));
+            }
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, (100..700).map(key).collect::<Vec<_>>());
+}
+
+#[test]
+fn crash_without_close_keeps_synced_writes() {
+    let dir = tempdir();
+    let options = || small().durability(Durability::Sync);
+    {
+        let db = options().open(dir.path()).unwrap();
+        let tree = db.tree("c").unwrap();
+        for i in 0..3000u64 {
+            tree.put(&key(i), &key(i * 7)).unwrap();
+            if i == 1500 {
+                db.checkpoint().unwrap();
+            }
+        }
+        // No close, no final checkpoint: the log alone must carry the writes.
+        std::mem::forget(db);
+    }
+    // The forgotten Db still holds the lock in this process; a second
+    // open of the directory must say so.
+    match options().open(dir.path()) {
+        Err(Error::Io(e)) => assert!(e.to_string().contains("lock"), "{e}"),
+        other => panic!("second open: {other:?}"),
+    }
+}
+
+#[test]
+fn batches_are_atomic_across_trees_and_bad_input_is_refused() {
+    let dir = tempdir();
+    let db = small().open(dir.path()).unwrap();
+    let a = db.tree("a").unwrap();
+    let b = db
+        .create_tree("b", TreeOptions::default().compression(Compression::None))
+        .unwrap();
+    let mut batch = WriteBatch::new();
+    for i in 0..50 {
+        batch.put(&a, &key(i), b"in a");
+        batch.put(&b, &key(i), b"in b");
+    }
+    batch.delete(&a, &key(0));
+    db.write(batch).unwrap();
+    assert_eq!(a.iter().count(), 49);
+    assert_eq!(b.iter().count(), 50);
+    // Oversize key: a clear error, nothing written.
+    let err = a.put(&vec![1; 100_000], b"x").unwrap_err();
+    assert!(err.to_string().contains("key"), "{err}");
+    // Reopening a tree with other options is refused.
+    let err = db
+        .create_tree(
+            "b",
+            TreeOptions::default().compression(Compression::Zstd { level: 3 }),
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::TreeOptionsMismatch { .. }), "{err}");
+    assert!(matches!(
+        db.open_tree("nope"),
+        Err(Error::TreeNotFound { .. })
+    ));
+    db.close().unwrap();
+    let db = small().open(dir.path()).unwrap();
+    assert_eq!(db.tree_names(), vec!["a".to_string(), "b".to_string()]);
+    assert_eq!(
+        db.open_tree("b").unwrap().get(&key(3)).unwrap().as_deref(),
+        Some(&b"in b"[..])
+    );
+}
