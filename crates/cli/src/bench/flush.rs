@@ -13,7 +13,7 @@ use rand::rngs::SmallRng;
 use serde::Serialize;
 use std::path::Path;
 
-use super::harness::{self, CommonArgs, FileSpec, Measured, Store, TableSpec};
+use super::harness::{self, CommonArgs, DbStore, FileSpec, Measured, Store, TableSpec};
 use super::plot;
 use super::sweep;
 
@@ -99,9 +99,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             read_io_threads: 4,
             device_latency_us: common.device_latency_us,
         };
-        let path = dir.join(format!("flush-{}.dat", data >> 20));
-        let base = sweep::load_into(&path, &spec, direct, rows, args.load_threads, &text)?;
+        let db_dir = dir.join(format!("flush-{}", data >> 20));
+        let base = sweep::load_into(&db_dir, &spec, direct, rows, args.load_threads, &text)?;
+        let path = base.data_file()?;
         let data_bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+        base.close()?;
         for &pool in &pools {
             for method in [FlushMethod::Fsync, FlushMethod::ODirect] {
                 bar.set_message(format!(
@@ -109,13 +111,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     data >> 20,
                     pool >> 20
                 ));
-                base.flush()?;
                 harness::drop_os_cache(&path)?;
                 let file_spec = FileSpec {
                     flush_method: method,
                     ..direct
                 };
-                let store = base.reopen_read_only(&spec, file_spec, pool as usize)?;
+                let store = DbStore::open(&db_dir, &spec, file_spec, pool as usize)?;
                 let measured = harness::measure(&store, common, &|rng: &mut SmallRng| {
                     let id = rng.random_range(1..=rows);
                     store
@@ -123,7 +124,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                         .with_context(|| format!("row {id} missing"))?;
                     Ok(())
                 })?;
-                drop(store);
+                store.close()?;
                 points.push(FlushPoint {
                     workload: "flush",
                     flush_method: format!("{method:?}"),

@@ -1,25 +1,20 @@
 //! What every reference experiment (issue 7) shares: the common options, a
-//! small [`Store`] trait with its implementation over a B+tree on a buffer
-//! pool and a real file, the measurement loop (client threads, warm-up,
+//! small [`Store`] trait with its implementation over a tree of the public
+//! `barracuda::Db` API, the measurement loop (client threads, warm-up,
 //! getrusage CPU time, pool counters), and the outputs (a table, `--json`,
 //! `--plot`).
 //!
-//! The workloads talk to a [`Store`] only, so that moving them onto the
-//! public `barracuda::Db` API is a change to [`TreeStore`] alone.
+//! The workloads talk to a [`Store`] only ([`DbStore`] implements it): one
+//! database per table, in its own directory, with its own pool.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use barracuda_btree::{LsnCounter, PoolStore, SplitPolicy, Tree, TreeConfig};
 use barracuda_codec::{BlockSize, Codec, Geometry, sample::TextGenerator};
-use barracuda_io::{BlockFile, FaultFile, FlushMethod, IoOptions};
-use barracuda_pool::{
-    BufferPool, CodecService, EvictionPolicy, FileService, PageFormat, PoolConfig, PoolStatus,
-    Services,
-};
+use barracuda_io::FlushMethod;
+use barracuda_pool::{EvictionPolicy, PoolStatus};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -235,114 +230,136 @@ pub trait Store: Send + Sync {
     fn page_count(&self) -> u64;
 }
 
-/// A [`Store`] over `Tree<PoolStore>` on one data file.
-pub struct TreeStore {
-    tree: Tree<PoolStore>,
-    file: Arc<dyn BlockFile>,
-    path: PathBuf,
-    page_count: u64,
+/// Name of the one tree each benchmark database holds.
+const TREE_NAME: &str = "rows";
+/// The write-ahead log of a benchmark database: small, so that copies of a
+/// loaded database stay cheap (a checkpoint runs when half of it is used).
+const BENCH_LOG_BYTES: u64 = 64 << 20;
+
+/// A [`Store`] over one tree of a `barracuda::Db` in its own directory.
+pub struct DbStore {
+    db: barracuda::Db,
+    tree: barracuda::Tree,
+    dir: PathBuf,
+    unit_bytes: u64,
 }
 
-impl TreeStore {
-    /// A new, empty table in the file at `path` (truncated).
+impl DbStore {
+    /// A new database in `dir` (removed first if it exists) with one empty
+    /// tree laid out as `spec`, writes not synced (`Durability::NoSync`).
     pub fn create(
-        path: &Path,
+        dir: &Path,
         spec: &TableSpec,
         file_spec: FileSpec,
         pool_bytes: usize,
     ) -> anyhow::Result<Self> {
-        if path.exists() {
-            std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
         }
-        let (store, file) = open_pool(path, spec, file_spec, pool_bytes)?;
-        let tree = Tree::create(store, tree_config(spec))?;
+        let db = db_options(spec, file_spec, pool_bytes)
+            .open(dir)
+            .with_context(|| format!("creating a database in {}", dir.display()))?;
+        let tree = db.create_tree(TREE_NAME, tree_options(spec))?;
         Ok(Self {
+            db,
             tree,
-            file,
-            path: path.to_path_buf(),
-            page_count: 0,
+            dir: dir.to_path_buf(),
+            unit_bytes: spec.unit_bytes()? as u64,
         })
     }
 
-    /// The same file under a fresh pool of `pool_bytes` with `spec`'s
-    /// eviction policy, for reading only (the page allocator starts over,
-    /// so the reopened table must not be written).
-    pub fn reopen_read_only(
+    /// Opens the database in `dir` with a pool of `pool_bytes` and `spec`'s
+    /// eviction policy.
+    pub fn open(
+        dir: &Path,
+        spec: &TableSpec,
+        file_spec: FileSpec,
+        pool_bytes: usize,
+    ) -> anyhow::Result<Self> {
+        let db = db_options(spec, file_spec, pool_bytes)
+            .open(dir)
+            .with_context(|| format!("opening the database in {}", dir.display()))?;
+        let tree = db.tree(TREE_NAME)?;
+        Ok(Self {
+            db,
+            tree,
+            dir: dir.to_path_buf(),
+            unit_bytes: spec.unit_bytes()? as u64,
+        })
+    }
+
+    /// A copy of this (checkpointed) database in `dir`, opened with a pool
+    /// of `pool_bytes` and `spec`'s eviction policy, so that several
+    /// configurations can read the same data at once.
+    pub fn copy_to(
         &self,
+        dir: &Path,
         spec: &TableSpec,
         file_spec: FileSpec,
         pool_bytes: usize,
     ) -> anyhow::Result<Self> {
         self.flush()?;
-        let (store, file) = open_pool(&self.path, spec, file_spec, pool_bytes)?;
-        let tree = Tree::open(store, self.tree.root_page_id(), tree_config(spec));
-        Ok(Self {
-            tree,
-            file,
-            path: self.path.clone(),
-            page_count: self.page_count(),
-        })
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            if entry.file_name() == barracuda::io::LOCK_FILE_NAME {
+                continue;
+            }
+            std::fs::copy(entry.path(), dir.join(entry.file_name()))
+                .with_context(|| format!("copying {}", entry.path().display()))?;
+        }
+        Self::open(dir, spec, file_spec, pool_bytes)
+    }
+
+    /// Closes the database (a final checkpoint).
+    pub fn close(self) -> anyhow::Result<PathBuf> {
+        let dir = self.dir.clone();
+        drop(self.tree);
+        self.db.close()?;
+        Ok(dir)
+    }
+
+    /// The tree's data file.
+    pub fn data_file(&self) -> anyhow::Result<PathBuf> {
+        for entry in std::fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "bdb") {
+                return Ok(path);
+            }
+        }
+        bail!("no data file in {}", self.dir.display())
     }
 }
 
-fn tree_config(spec: &TableSpec) -> TreeConfig {
-    TreeConfig {
-        policy: SplitPolicy::Adaptive,
-        compressed: spec.block.is_some(),
-        ..TreeConfig::default()
-    }
-}
-
-fn open_pool(
-    path: &Path,
-    spec: &TableSpec,
-    file_spec: FileSpec,
-    pool_bytes: usize,
-) -> anyhow::Result<(Arc<PoolStore>, Arc<dyn BlockFile>)> {
-    let options = IoOptions::default()
-        .flush_method(file_spec.flush_method)
-        .read_io_threads(file_spec.read_io_threads);
-    let disk = barracuda_io::open(path, &options)
-        .with_context(|| format!("opening {} ({:?})", path.display(), file_spec.flush_method))?;
-    let file: Arc<dyn BlockFile> = if file_spec.device_latency_us == 0 {
-        disk
-    } else {
-        Arc::new(FaultFile::with_latency(
-            disk,
-            Duration::from_micros(file_spec.device_latency_us),
-        ))
-    };
-    let geometry = spec.geometry()?;
-    let format = match spec.block {
-        Some(_) => PageFormat::Compressed {
-            block_size_bytes: geometry.block_size_bytes(),
-        },
-        None => PageFormat::Uncompressed,
-    };
-    let codec = if spec.block.is_some() {
-        spec.codec.clone()
-    } else {
-        Codec::None
-    };
-    let lsns = LsnCounter::new();
-    let services = Services {
-        codec: Arc::new(CodecService::new(codec, geometry)?),
-        file: Arc::new(FileService::new(Arc::clone(&file))),
-        durable_lsn: PoolStore::durable_lsn_provider(&lsns),
-        clock: None,
-    };
-    let config = PoolConfig::default()
-        .page_size_bytes(spec.page_size_bytes)
-        .format(format)
+fn db_options(spec: &TableSpec, file_spec: FileSpec, pool_bytes: usize) -> barracuda::Options {
+    barracuda::Db::options()
         .buffer_pool_bytes(pool_bytes)
-        .eviction_policy(spec.eviction);
-    let pool = Arc::new(BufferPool::open(config, services)?);
-    Ok((Arc::new(PoolStore::new(pool, lsns)?), file))
+        .eviction_policy(spec.eviction)
+        .read_io_threads(file_spec.read_io_threads)
+        .flush_method(file_spec.flush_method)
+        .durability(barracuda::Durability::NoSync)
+        .log_bytes(BENCH_LOG_BYTES)
+        .device_latency(Duration::from_micros(file_spec.device_latency_us))
 }
 
-impl Store for TreeStore {
+fn tree_options(spec: &TableSpec) -> barracuda::TreeOptions {
+    let compression = match (&spec.block, &spec.codec) {
+        (Some(_), Codec::Zlib { level }) => barracuda::Compression::Zlib { level: *level },
+        (Some(_), Codec::Zstd { level, .. }) => barracuda::Compression::Zstd { level: *level },
+        _ => barracuda::Compression::None,
+    };
+    barracuda::TreeOptions::default()
+        .page_size_bytes(spec.page_size_bytes)
+        .compression(compression)
+        .block_size(spec.block.unwrap_or(BlockSize::Uncompressed))
+}
+
+impl Store for DbStore {
     fn put(&self, key: &[u8], value: &[u8]) -> anyhow::Result<()> {
-        self.tree.insert(key, value)?;
+        self.tree.put(key, value)?;
         Ok(())
     }
 
@@ -351,32 +368,26 @@ impl Store for TreeStore {
     }
 
     fn scan(&self, from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> anyhow::Result<()> {
-        let mut cursor = self.tree.cursor();
-        let mut on = cursor.seek(from)?;
-        while on {
-            let Some((key, value)) = cursor.entry() else {
-                break;
-            };
-            if !visit(key, value) {
+        for entry in self.tree.range(from..) {
+            let (key, value) = entry?;
+            if !visit(&key, &value) {
                 break;
             }
-            on = cursor.next()?;
         }
         Ok(())
     }
 
     fn status(&self) -> PoolStatus {
-        self.tree.store().pool().status()
+        self.tree.pool_status()
     }
 
     fn flush(&self) -> anyhow::Result<()> {
-        self.tree.store().pool().flush_all()?;
-        self.file.sync_data()?;
+        self.db.checkpoint()?;
         Ok(())
     }
 
     fn page_count(&self) -> u64 {
-        self.page_count.max(self.tree.store().page_count())
+        self.tree.file_bytes().unwrap_or(0) / self.unit_bytes.max(1)
     }
 }
 

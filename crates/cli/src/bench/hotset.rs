@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::path::Path;
 
-use super::harness::{self, CommonArgs, FileSpec, Measured, Store, TableSpec, TreeStore};
+use super::harness::{self, CommonArgs, DbStore, FileSpec, Measured, Store, TableSpec};
 use super::plot;
 
 /// The reference: 10M rows with a 128 MB pool.
@@ -171,16 +171,16 @@ fn load_layout(
     rows: u64,
     args: &Args,
     text: &TextGenerator,
-) -> anyhow::Result<TreeStore> {
+) -> anyhow::Result<DbStore> {
     let spec = match layout {
         Layout::Plain16 => TableSpec::plain("load", 16 << 10),
         Layout::Plain4 => TableSpec::plain("load", 4 << 10),
         Layout::Zlib16To4 => compressed("load", EvictionPolicy::CostAware),
     };
-    let path = dir.join(format!("hotset-{layout:?}.dat").to_lowercase());
+    let path = dir.join(format!("hotset-{layout:?}").to_lowercase());
     // Frames and blocks of every page fit: the load never evicts.
     let load_pool = (rows * 600).clamp(64 << 20, 8 << 30) as usize;
-    let store = TreeStore::create(
+    let store = DbStore::create(
         &path,
         &spec,
         FileSpec {
@@ -248,13 +248,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     );
     let bar = harness::progress((configs.len() * sizes.len()) as u64, "hotset");
     let mut points = Vec::new();
-    for (layout, spec) in &configs {
+    for (i, (layout, spec)) in configs.iter().enumerate() {
         let base = &loaded
             .iter()
             .find(|(l, _)| l == layout)
             .context("layout not loaded")?
             .1;
-        let store = base.reopen_read_only(spec, file_spec, pool_bytes as usize)?;
+        let copy = dir.join(format!("hotset-config-{i}"));
+        let store = base.copy_to(&copy, spec, file_spec, pool_bytes as usize)?;
         for &hot in &sizes {
             bar.set_message(format!("{} {hot}", spec.label));
             let hot_ids = &ids[..(hot as usize).min(ids.len())];
@@ -284,6 +285,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             });
             bar.inc(1);
         }
+        let copy = store.close()?;
+        std::fs::remove_dir_all(&copy).with_context(|| format!("removing {}", copy.display()))?;
     }
     bar.finish_and_clear();
     print_table(&points);

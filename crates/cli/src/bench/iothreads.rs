@@ -13,7 +13,7 @@ use rand::rngs::SmallRng;
 use serde::Serialize;
 use std::path::Path;
 
-use super::harness::{self, CommonArgs, FileSpec, Measured, Store, TableSpec};
+use super::harness::{self, CommonArgs, DbStore, FileSpec, Measured, Store, TableSpec};
 use super::plot;
 use super::sweep;
 
@@ -109,8 +109,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         read_io_threads: 4,
         device_latency_us: common.device_latency_us,
     };
-    let path = dir.join("iothreads.dat");
-    let base = sweep::load_into(&path, &spec, base_file, rows, args.load_threads, &text)?;
+    let db_dir = dir.join("iothreads");
+    let base = sweep::load_into(&db_dir, &spec, base_file, rows, args.load_threads, &text)?;
+    base.close()?;
     println!(
         "{}",
         common.banner(&format!(
@@ -125,7 +126,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             read_io_threads: n,
             ..base_file
         };
-        let store = base.reopen_read_only(&spec, file_spec, pool_bytes as usize)?;
+        let store = DbStore::open(&db_dir, &spec, file_spec, pool_bytes as usize)?;
         let measured = harness::measure(&store, common, &|rng: &mut SmallRng| {
             let r = rng.random_range(1..=rows.saturating_sub(RANGE_ROWS).max(1));
             std::hint::black_box(range_min_old_id(&store, r)?);
@@ -141,6 +142,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             load_average: harness::load_average(),
             measured,
         });
+        store.close()?;
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -25,7 +25,7 @@ use rand::rngs::SmallRng;
 use serde::Serialize;
 use std::path::Path;
 
-use super::harness::{self, CommonArgs, FileSpec, Measured, Store, TableSpec, TreeStore};
+use super::harness::{self, CommonArgs, DbStore, FileSpec, Measured, Store, TableSpec};
 use super::plot;
 
 /// Text bytes per record: with the part-0 header (old_id, flags) a record
@@ -214,7 +214,7 @@ pub fn text_prefix(value: &[u8]) -> &[u8] {
 /// A loaded table per data kind.
 struct Loaded {
     kind: DataKind,
-    store: TreeStore,
+    store: DbStore,
 }
 
 fn load_table(
@@ -226,12 +226,12 @@ fn load_table(
     args: &Args,
     text: &TextGenerator,
 ) -> anyhow::Result<Loaded> {
-    let path = dir.join(format!("sweep-{kind:?}.dat").to_lowercase());
+    let path = dir.join(format!("sweep-{kind:?}").to_lowercase());
     let store = load_into(&path, spec, file_spec, rows, args.load_threads, text)?;
     Ok(Loaded { kind, store })
 }
 
-/// Creates the sweep table of `rows` rows in the file at `path`, with a
+/// Creates the sweep table of `rows` rows in a database in `path`, with a
 /// pool large enough that the load never evicts, without added latency
 /// (loading is not timed); reopen it with the measured pool.
 pub fn load_into(
@@ -241,7 +241,7 @@ pub fn load_into(
     rows: u64,
     load_threads: usize,
     text: &TextGenerator,
-) -> anyhow::Result<TreeStore> {
+) -> anyhow::Result<DbStore> {
     let data_bytes = rows * ROW_BYTES_AVG;
     let load_pool =
         ((data_bytes as f64 * LOAD_POOL_FACTOR) as u64).clamp(64 << 20, LOAD_POOL_BYTES_MAX);
@@ -249,7 +249,7 @@ pub fn load_into(
         device_latency_us: 0,
         ..file_spec
     };
-    let store = TreeStore::create(path, spec, load_file, load_pool as usize)?;
+    let store = DbStore::create(path, spec, load_file, load_pool as usize)?;
     let name = path
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
@@ -364,14 +364,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     // all of them in turn, so that a change in the machine's load (it is
     // shared) hits every configuration alike.
     let mut stores = Vec::new();
-    for (kind, spec) in &configs {
+    for (i, (kind, spec)) in configs.iter().enumerate() {
         let base = loaded
             .iter()
             .find(|l| l.kind == *kind)
             .context("table not loaded")?;
+        let copy = dir.join(format!("sweep-config-{i}"));
         let store = base
             .store
-            .reopen_read_only(spec, file_spec, pool_bytes as usize)?;
+            .copy_to(&copy, spec, file_spec, pool_bytes as usize)?;
         stores.push((spec, store, 0u64));
     }
     let mut points = Vec::new();
