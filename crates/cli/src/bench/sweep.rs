@@ -583,3 +583,47 @@ fn draw(
         ],
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn rows_split_into_inline_records_that_reassemble() {
+        let mut text = TextGenerator::compressible(1, 0.5);
+        let mut rng = SmallRng::seed_from_u64(2);
+        for i in 0..200 {
+            let records = row(i, &mut text, &mut rng);
+            let inline_max = barracuda_btree::page::value_inline_bytes_max(16 << 10);
+            assert!(records.iter().all(|(_, v)| v.len() <= inline_max));
+            let parts: Vec<u8> = records.iter().map(|(k, _)| k[8]).collect();
+            assert_eq!(parts, (0..records.len() as u8).collect::<Vec<_>>());
+            assert!(records.iter().all(|(k, _)| k[..8] == (i + 1).to_be_bytes()));
+            let first = &records[0].1;
+            assert_eq!(first[..4], old_id(i + 1).to_le_bytes());
+            assert_eq!(text_prefix(first).len(), QUERY_TEXT_BYTES);
+            let text_bytes: usize = records.iter().map(|(_, v)| v.len()).sum::<usize>()
+                - HEADER_BYTES
+                - usize::from(first[4]);
+            let spread = TEXT_BYTES_AVG - TEXT_BYTES_SPREAD..=TEXT_BYTES_AVG + TEXT_BYTES_SPREAD;
+            assert!(spread.contains(&text_bytes), "{text_bytes}");
+        }
+    }
+
+    #[test]
+    fn ranges_cover_every_zone_and_end_at_all_rows() {
+        let (plain, compressed, rows) = (5_000, 10_000, 43_000);
+        let r = ranges(plain, compressed, rows);
+        assert!(r.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(r.last(), Some(&rows));
+        for z in ['A', 'B', 'C'] {
+            assert_eq!(
+                r.iter()
+                    .filter(|&&x| zone(x, plain, compressed) == z)
+                    .count(),
+                4
+            );
+        }
+    }
+}
