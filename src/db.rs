@@ -211,7 +211,8 @@ impl Db {
             let opened = open_pool(dir, entry, &options, &io_options, &durable)?;
             pools.insert(entry.id, opened);
         }
-        let wal_file = barracuda_io::open(&dir.join(LOG_FILE_NAME), &io_options)?;
+        let wal_path = dir.join(LOG_FILE_NAME);
+        let wal_file = options.wrap(&wal_path, barracuda_io::open(&wal_path, &io_options)?);
         let wal_options = WalOptions::default().ring_bytes(options.log_bytes);
         let mut replayed = HashSet::new();
         let started = Instant::now();
@@ -342,6 +343,14 @@ impl Db {
         Ok(())
     }
 
+    /// Stops as if the process had died: background work stops, nothing
+    /// more is written (no final checkpoint), the directory is unlocked.
+    /// For crash tests; data is safe only as far as the log was synced.
+    #[doc(hidden)]
+    pub fn halt(self) {
+        self.inner.halt();
+    }
+
     /// Stops the background work, writes a final checkpoint and closes the
     /// files. Dropping a `Db` does the same but cannot report errors.
     pub fn close(self) -> Result<()> {
@@ -380,7 +389,8 @@ fn open_pool(
             block_size_bytes: geometry.block_size_bytes(),
         }
     };
-    let mut file = barracuda_io::open(&dir.join(entry.file_name()), io_options)?;
+    let path = dir.join(entry.file_name());
+    let mut file = options.wrap(&path, barracuda_io::open(&path, io_options)?);
     if !options.device_latency.is_zero() {
         file = Arc::new(FaultFile::with_latency(file, options.device_latency));
     }
@@ -718,6 +728,11 @@ impl DbInner {
         }
         tree.file.sync_data()?;
         Ok(())
+    }
+
+    fn halt(&self) {
+        self.fail(&Error::Closed);
+        let _ = self.shutdown();
     }
 
     fn shutdown(&self) -> Result<()> {

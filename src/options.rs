@@ -1,11 +1,12 @@
 //! Options of a [`crate::Db`] and of its trees, with documented defaults.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use barracuda_btree::SplitPolicy;
 use barracuda_codec::{BlockSize, Codec};
-use barracuda_io::{Backend, FlushMethod};
+use barracuda_io::{Backend, BlockFile, FlushMethod};
 use barracuda_pool::EvictionPolicy;
 use serde::{Deserialize, Serialize};
 
@@ -121,6 +122,20 @@ impl TreeOptions {
     }
 }
 
+/// Wraps each file the database opens (its path, the opened file), e.g.
+/// in a [`barracuda_io::FaultFile`] for power-loss tests.
+#[derive(Clone)]
+pub struct FileWrapper(pub Arc<WrapFn>);
+
+/// The function of a [`FileWrapper`].
+pub type WrapFn = dyn Fn(&Path, Arc<dyn BlockFile>) -> Arc<dyn BlockFile> + Send + Sync;
+
+impl std::fmt::Debug for FileWrapper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileWrapper")
+    }
+}
+
 /// Options of a database, from [`Db::options`]; `open` creates or opens.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -137,6 +152,7 @@ pub struct Options {
     pub(crate) log_bytes: u64,
     pub(crate) device_latency: Duration,
     pub(crate) default_tree: TreeOptions,
+    pub(crate) file_wrapper: Option<FileWrapper>,
 }
 
 impl Default for Options {
@@ -155,6 +171,7 @@ impl Default for Options {
             log_bytes: /* 128 MiB */ 128 << 20,
             device_latency: Duration::ZERO,
             default_tree: TreeOptions::default(),
+            file_wrapper: None,
         }
     }
 }
@@ -260,6 +277,21 @@ impl Options {
     pub fn default_tree_options(mut self, options: TreeOptions) -> Self {
         self.default_tree = options;
         self
+    }
+
+    /// Wraps every file the database opens (data files and the log) with
+    /// `wrapper`: for fault-injection and power-loss tests. Default = none.
+    #[must_use]
+    pub fn wrap_files(mut self, wrapper: FileWrapper) -> Self {
+        self.file_wrapper = Some(wrapper);
+        self
+    }
+
+    pub(crate) fn wrap(&self, path: &Path, file: Arc<dyn BlockFile>) -> Arc<dyn BlockFile> {
+        match &self.file_wrapper {
+            Some(wrapper) => (wrapper.0)(path, file),
+            None => file,
+        }
     }
 
     /// Opens the database in `dir`, creating the directory and the database

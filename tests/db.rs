@@ -191,3 +191,27 @@ fn batches_are_atomic_across_trees_and_bad_input_is_refused() {
         Some(&b"in b"[..])
     );
 }
+
+#[test]
+fn a_filesystem_refusing_o_direct_gets_a_clear_error() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return; // Nothing to test on this machine.
+    }
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    match small().open(dir.path()) {
+        Err(e) => assert!(e.to_string().contains("Fsync"), "{e}"),
+        // Some kernels' tmpfs accept O_DIRECT; then the database must work.
+        Ok(db) => {
+            db.tree("t").unwrap().put(b"k", b"v").unwrap();
+            db.close().unwrap();
+        }
+    }
+    // With buffered I/O it works there.
+    let db = small()
+        .flush_method(barracuda::FlushMethod::Fsync)
+        .open(dir.path())
+        .unwrap();
+    db.tree("t").unwrap().put(b"k", b"v").unwrap();
+    db.close().unwrap();
+}

@@ -338,7 +338,9 @@ pub enum RedoEntry<'a> {
         /// The patches.
         patches: Patches<'a>,
     },
-    /// The page's whole compressed block before the changes that follow.
+    /// The page's whole image (compressed block with its modification log,
+    /// or the uncompressed page). The database logs it *after* the group's
+    /// changes to that page and logs no patches for it in the same group.
     FullBlock {
         /// The page logged.
         page_id: PageId,
