@@ -230,6 +230,8 @@ pub trait Store: Send + Sync {
     fn page_count(&self) -> u64;
 }
 
+/// The Db refuses pools below 1 MiB; smaller scaled pools are raised to it.
+pub const POOL_BYTES_MIN: u64 = 1 << 20;
 /// Name of the one tree each benchmark database holds.
 const TREE_NAME: &str = "rows";
 /// The write-ahead log of a benchmark database: small, so that copies of a

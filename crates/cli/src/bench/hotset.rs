@@ -219,7 +219,8 @@ fn hot_sizes(capacity_16k: u64) -> Vec<u64> {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let common = &args.common;
     let rows = common.scaled(args.rows);
-    let pool_bytes = (rows as f64 * REFERENCE_POOL_BYTES as f64 / REFERENCE_ROWS as f64) as u64;
+    let pool_bytes = ((rows as f64 * REFERENCE_POOL_BYTES as f64 / REFERENCE_ROWS as f64) as u64)
+        .max(harness::POOL_BYTES_MIN);
     let configs = specs(&args.configs)?;
     let (dir, _temp) = common.data_dir()?;
     let text = common.text()?;

@@ -99,7 +99,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .with_context(|| format!("not a number: {x:?}"))
         })
         .collect::<anyhow::Result<_>>()?;
-    let pool_bytes = common.scaled(args.pool_mib << 20);
+    let pool_bytes = common
+        .scaled(args.pool_mib << 20)
+        .max(harness::POOL_BYTES_MIN);
     let rows = pool_bytes * DATA_TO_POOL / sweep::ROW_BYTES_AVG;
     let (dir, _temp) = common.data_dir()?;
     let text = common.text()?;

@@ -316,7 +316,9 @@ fn zone(range: u64, cap_plain: u64, cap_compressed: u64) -> char {
 /// Runs the workload.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let common = &args.common;
-    let pool_bytes = common.scaled(args.pool_mib << 20);
+    let pool_bytes = common
+        .scaled(args.pool_mib << 20)
+        .max(harness::POOL_BYTES_MIN);
     let rows = args
         .rows
         .unwrap_or_else(|| pool_bytes * DATA_TO_POOL / ROW_BYTES_AVG);
