@@ -27,6 +27,16 @@ enum BenchCommand {
     Io(bench::io::Args),
     /// Leaf fill factor of each split policy under an insert pattern (issue 4).
     Fill(bench::fill::Args),
+    /// The compression study: queries/s against the key range, per
+    /// configuration, zones A/B/C (issue 7).
+    Sweep(bench::sweep::Args),
+    /// Pages against rows: hot keys served at acceptable speed per page
+    /// size and compression (issue 7).
+    Hotset(bench::hotset::Args),
+    /// Range scans with 1 to 8 read I/O threads (issue 7).
+    Iothreads(bench::iothreads::Args),
+    /// Buffered (Fsync) against O_DIRECT over pool and data sizes (issue 7).
+    Flush(bench::flush::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,5 +52,9 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Codec(args)) => bench::codec::run(&args),
         Command::Bench(BenchCommand::Io(args)) => bench::io::run(&args),
         Command::Bench(BenchCommand::Fill(args)) => bench::fill::run(&args),
+        Command::Bench(BenchCommand::Sweep(args)) => bench::sweep::run(&args),
+        Command::Bench(BenchCommand::Hotset(args)) => bench::hotset::run(&args),
+        Command::Bench(BenchCommand::Iothreads(args)) => bench::iothreads::run(&args),
+        Command::Bench(BenchCommand::Flush(args)) => bench::flush::run(&args),
     }
 }

@@ -2,4 +2,10 @@
 
 pub mod codec;
 pub mod fill;
+pub mod flush;
+pub mod harness;
+pub mod hotset;
 pub mod io;
+pub mod iothreads;
+pub mod plot;
+pub mod sweep;
