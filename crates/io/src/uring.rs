@@ -419,6 +419,18 @@ struct RingLoop {
     delivering: Vec<Completion>,
     /// The file as the ring sees it: registered (index 0) if allowed.
     target: RingFile,
+    counters: LoopCounters,
+}
+
+/// What a worker did, logged (debug) when it exits: how often it waited in
+/// the kernel, how often with nothing in flight (starved: the submitter was
+/// late), and how often a caller had to wake it through the eventfd.
+#[derive(Debug, Default)]
+struct LoopCounters {
+    requests: u64,
+    waits: u64,
+    starved_waits: u64,
+    wake_polls: u64,
 }
 
 impl RingLoop {
@@ -448,6 +460,7 @@ impl RingLoop {
             finished: Vec::with_capacity(depth),
             delivering: Vec::with_capacity(depth),
             target,
+            counters: LoopCounters::default(),
         }
     }
 
@@ -460,10 +473,17 @@ impl RingLoop {
         loop {
             self.fill();
             if self.closing && self.in_flight() == 0 {
+                tracing::debug!(
+                    "io_uring worker on {} done: {:?}",
+                    self.core.path().display(),
+                    self.counters
+                );
                 return;
             }
             let may_sleep = !self.free_slots.is_empty() && !self.closing;
+            self.counters.waits += 1;
             if may_sleep {
+                self.counters.starved_waits += u64::from(self.free_slots.len() == self.slots.len());
                 self.wake.sleeping.store(true, Ordering::SeqCst);
                 if !self.rx.is_empty() {
                     self.wake.sleeping.store(false, Ordering::SeqCst);
@@ -560,6 +580,7 @@ impl RingLoop {
         for index in 0..self.reaped.len() {
             let (user_data, result) = self.reaped[index];
             if user_data == WAKE_USER_DATA {
+                self.counters.wake_polls += 1;
                 self.wake.drain();
                 self.wake_armed = false;
                 if !self.closing {
@@ -567,6 +588,7 @@ impl RingLoop {
                 }
                 continue;
             }
+            self.counters.requests += 1;
             let slot = user_data as usize;
             let Some(mut task) = self.slots[slot].take() else {
                 unreachable!("completion of an empty slot {slot}")
