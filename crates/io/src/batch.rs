@@ -239,3 +239,58 @@ impl CompletionQueue {
         (0..count).map(|_| self.wait()).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(tag: u64) -> Completion {
+        IoRequest::read(0, AlignedBuf::zeroed(512, 512), tag).complete(Ok(()))
+    }
+
+    #[test]
+    fn send_all_delivers_every_completion_in_order() {
+        let queue = CompletionQueue::new();
+        queue.sender().send_all((0..5).map(done));
+        let tags: Vec<u64> = queue.wait_many(5).iter().map(|c| c.tag).collect();
+        assert_eq!(tags, vec![0, 1, 2, 3, 4]);
+        assert!(queue.try_next().is_none());
+    }
+
+    #[test]
+    fn a_parked_waiter_is_woken_by_another_thread() {
+        let queue = CompletionQueue::new();
+        let sender = queue.sender();
+        let waiter = std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| queue.wait().tag);
+            std::thread::sleep(Duration::from_millis(20));
+            sender.send(done(7));
+            waiter.join().unwrap()
+        });
+        assert_eq!(waiter, 7);
+    }
+
+    #[test]
+    fn wait_timeout_gives_up_and_drain_takes_all() {
+        let queue = CompletionQueue::new();
+        assert!(queue.wait_timeout(Duration::from_millis(5)).is_none());
+        let sender = queue.sender();
+        sender.send(done(1));
+        sender.send(done(2));
+        let mut out = Vec::new();
+        assert_eq!(queue.drain_into(&mut out), 2);
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn senders_know_their_queue_and_a_dropped_queue_drops_completions() {
+        let queue = CompletionQueue::new();
+        let other = CompletionQueue::new();
+        let sender = queue.sender();
+        assert!(sender.same_queue(&queue.sender()));
+        assert!(!sender.same_queue(&other.sender()));
+        drop(queue);
+        sender.send(done(3));
+        assert_eq!(sender.shared.state.lock().items.len(), 0);
+    }
+}
