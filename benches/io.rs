@@ -1,6 +1,7 @@
 //! Criterion benchmarks of the file layer's submit/complete path: the cost
-//! of a batch round trip on the memory backend (pure overhead: channels,
-//! buffers, completions) and of 16 KiB O_DIRECT reads through io_uring
+//! of a batch round trip on the memory backend (pure overhead: hand-off,
+//! buffers, completions), of batches of 16 KiB O_DIRECT reads through one
+//! io_uring I/O thread, and of single 16 KiB O_DIRECT reads through io_uring
 //! (direct on the caller's ring, and through one I/O thread) and pread on a
 //! small file under the target directory.
 
@@ -91,5 +92,28 @@ fn disk_reads(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, memory_batches, disk_reads);
+fn uring_batches(c: &mut Criterion) {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir under target/");
+    let file = disk_file(Backend::Uring, false, dir.path());
+    let block_count = FILE_BYTES / BLOCK_BYTES as u64;
+    let mut group = c.benchmark_group("submit_complete/uring_thread");
+    group.sample_size(20);
+    for batch_size in [1u64, 8, 32] {
+        group.throughput(Throughput::Elements(batch_size));
+        let queue = CompletionQueue::new();
+        // Spread over the file (a prime stride) so no two reads share a block.
+        let mut batch: Vec<IoRequest> = (0..batch_size)
+            .map(|i| {
+                let block = (i * 7919) % block_count;
+                IoRequest::read(block * BLOCK_BYTES as u64, file.alloc_buf(BLOCK_BYTES), i)
+            })
+            .collect();
+        group.bench_function(BenchmarkId::from_parameter(batch_size), |b| {
+            b.iter(|| batch_round_trip(file.as_ref(), &queue, &mut batch));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, memory_batches, uring_batches, disk_reads);
 criterion_main!(benches);

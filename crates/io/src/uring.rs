@@ -25,7 +25,7 @@ use io_uring::{IoUring, opcode, types};
 use parking_lot::{Condvar, Mutex};
 
 use crate::BlockFile;
-use crate::batch::{CompletionSender, IoOp, IoRequest};
+use crate::batch::{Completion, CompletionSender, IoOp, IoRequest};
 use crate::buf::{AlignedBuf, Alignment, BufPool};
 use crate::error::{IoError, OpKind};
 use crate::options::IoOptions;
@@ -358,6 +358,49 @@ fn register_buffers(ring: &IoUring, bufs: &BufPool) -> bool {
     }
 }
 
+/// How a worker's ring names the file.
+#[derive(Clone, Copy)]
+enum RingFile {
+    /// Registered at index 0: the kernel skips the descriptor lookup and
+    /// reference count per request.
+    Registered,
+    /// A plain descriptor (registration refused).
+    Plain(RawFd),
+}
+
+/// Registers `fd` with `ring` at index 0, or falls back to the plain fd.
+fn register_file(ring: &IoUring, fd: RawFd) -> RingFile {
+    match ring.submitter().register_files(&[fd]) {
+        Ok(()) => RingFile::Registered,
+        Err(e) => {
+            tracing::debug!("io_uring file registration refused: {e}");
+            RingFile::Plain(fd)
+        }
+    }
+}
+
+/// The SQE of one request on `$fd` (a `types::Fd` or `types::Fixed`), with
+/// a registered buffer if `$fixed_index` names one. A macro because the
+/// crate's descriptor trait is sealed.
+macro_rules! build_entry {
+    ($fd:expr, $op:expr, $offset_bytes:expr, $ptr:expr, $len:expr, $fixed_index:expr) => {
+        match ($op, $fixed_index) {
+            (IoOp::Read, Some(index)) => opcode::ReadFixed::new($fd, $ptr, $len, index)
+                .offset($offset_bytes)
+                .build(),
+            (IoOp::Read, None) => opcode::Read::new($fd, $ptr, $len)
+                .offset($offset_bytes)
+                .build(),
+            (IoOp::Write, Some(index)) => opcode::WriteFixed::new($fd, $ptr, $len, index)
+                .offset($offset_bytes)
+                .build(),
+            (IoOp::Write, None) => opcode::Write::new($fd, $ptr, $len)
+                .offset($offset_bytes)
+                .build(),
+        }
+    };
+}
+
 /// One worker's state: its ring, the tasks in flight by slot.
 struct RingLoop {
     ring: IoUring,
@@ -372,6 +415,22 @@ struct RingLoop {
     closing: bool,
     reaped: Vec<(u64, i32)>,
     finished: Vec<(Task, Result<(), IoError>)>,
+    /// Completions of one queue, gathered to be delivered at once.
+    delivering: Vec<Completion>,
+    /// The file as the ring sees it: registered (index 0) if allowed.
+    target: RingFile,
+    counters: LoopCounters,
+}
+
+/// What a worker did, logged (debug) when it exits: how often it waited in
+/// the kernel, how often with nothing in flight (starved: the submitter was
+/// late), and how often a caller had to wake it through the eventfd.
+#[derive(Debug, Default)]
+struct LoopCounters {
+    requests: u64,
+    waits: u64,
+    starved_waits: u64,
+    wake_polls: u64,
 }
 
 impl RingLoop {
@@ -385,6 +444,7 @@ impl RingLoop {
         depth: u32,
     ) -> RingLoop {
         let depth = depth as usize;
+        let target = register_file(&ring, core.opened.file.as_raw_fd());
         RingLoop {
             ring,
             core,
@@ -398,6 +458,9 @@ impl RingLoop {
             closing: false,
             reaped: Vec::with_capacity(depth + 1),
             finished: Vec::with_capacity(depth),
+            delivering: Vec::with_capacity(depth),
+            target,
+            counters: LoopCounters::default(),
         }
     }
 
@@ -410,10 +473,17 @@ impl RingLoop {
         loop {
             self.fill();
             if self.closing && self.in_flight() == 0 {
+                tracing::debug!(
+                    "io_uring worker on {} done: {:?}",
+                    self.core.path().display(),
+                    self.counters
+                );
                 return;
             }
             let may_sleep = !self.free_slots.is_empty() && !self.closing;
+            self.counters.waits += 1;
             if may_sleep {
+                self.counters.starved_waits += u64::from(self.free_slots.len() == self.slots.len());
                 self.wake.sleeping.store(true, Ordering::SeqCst);
                 if !self.rx.is_empty() {
                     self.wake.sleeping.store(false, Ordering::SeqCst);
@@ -468,23 +538,18 @@ impl RingLoop {
         };
         let (op, offset_bytes, ptr, len_bytes) = task.parts();
         let len = len_bytes.min(RING_REQUEST_BYTES_MAX) as u32;
-        let fd = types::Fd(self.core.opened.file.as_raw_fd());
         let fixed_index = if self.fixed {
             self.bufs.slot_of(ptr as usize, len_bytes)
         } else {
             None
         };
-        let entry = match (op, fixed_index) {
-            (IoOp::Read, Some(index)) => opcode::ReadFixed::new(fd, ptr, len, index)
-                .offset(offset_bytes)
-                .build(),
-            (IoOp::Read, None) => opcode::Read::new(fd, ptr, len).offset(offset_bytes).build(),
-            (IoOp::Write, Some(index)) => opcode::WriteFixed::new(fd, ptr, len, index)
-                .offset(offset_bytes)
-                .build(),
-            (IoOp::Write, None) => opcode::Write::new(fd, ptr, len)
-                .offset(offset_bytes)
-                .build(),
+        let entry = match self.target {
+            RingFile::Registered => {
+                build_entry!(types::Fixed(0), op, offset_bytes, ptr, len, fixed_index)
+            }
+            RingFile::Plain(fd) => {
+                build_entry!(types::Fd(fd), op, offset_bytes, ptr, len, fixed_index)
+            }
         };
         self.slots[slot] = Some(task);
         self.push(&entry.user_data(slot as u64));
@@ -515,6 +580,7 @@ impl RingLoop {
         for index in 0..self.reaped.len() {
             let (user_data, result) = self.reaped[index];
             if user_data == WAKE_USER_DATA {
+                self.counters.wake_polls += 1;
                 self.wake.drain();
                 self.wake_armed = false;
                 if !self.closing {
@@ -522,6 +588,7 @@ impl RingLoop {
                 }
                 continue;
             }
+            self.counters.requests += 1;
             let slot = user_data as usize;
             let Some(mut task) = self.slots[slot].take() else {
                 unreachable!("completion of an empty slot {slot}")
@@ -542,8 +609,29 @@ impl RingLoop {
         {
             tracing::error!("io_uring submit failed: {e}");
         }
+        self.deliver_finished();
+    }
+
+    /// Hands out the finished tasks: batch completions that go to the same
+    /// queue are delivered under one lock with one wake-up.
+    fn deliver_finished(&mut self) {
+        let mut run: Option<CompletionSender> = None;
         for (task, outcome) in self.finished.drain(..) {
-            task.deliver(outcome);
+            match task {
+                Task::Borrowed(io) => io.done.set(outcome),
+                Task::Batch(request, completions) => {
+                    if let Some(current) = &run
+                        && !current.same_queue(&completions)
+                    {
+                        current.send_all(self.delivering.drain(..));
+                    }
+                    self.delivering.push(request.complete(outcome));
+                    run = Some(completions);
+                }
+            }
+        }
+        if let Some(current) = run {
+            current.send_all(self.delivering.drain(..));
         }
     }
 }
