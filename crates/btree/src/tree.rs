@@ -50,6 +50,11 @@ pub struct TreeConfig {
     /// structure changes keep every ancestor latched (a compression failure
     /// can split a page the space check called safe). Default = false.
     pub compressed: bool,
+    /// Leaves a forward scan hints to the store ([`crate::PageStore::prefetch`])
+    /// each time it reaches the end of what it hinted before: the next
+    /// leaves under the same parent (InnoDB's linear read-ahead, one window
+    /// at a time). 0 disables read-ahead. Default = 8.
+    pub read_ahead_pages: usize,
 }
 
 impl Default for TreeConfig {
@@ -58,9 +63,16 @@ impl Default for TreeConfig {
             policy: SplitPolicy::Adaptive,
             merge_threshold_percent: /* InnoDB's default */ 50,
             compressed: false,
+            read_ahead_pages: DEFAULT_READ_AHEAD_PAGES,
         }
     }
 }
+
+/// Default read-ahead window in leaves: enough to keep a few reads in flight
+/// ahead of a scan, small enough not to flood the pool (InnoDB reads ahead
+/// by extents of 64 pages, but its pages are not compressed blocks that a
+/// hint makes the pool decompress).
+const DEFAULT_READ_AHEAD_PAGES: usize = 8;
 
 /// Why and how a page was split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -370,6 +382,36 @@ impl<S: PageStore> Tree<S> {
             id = page::child_for(&g, key).1;
             let child = self.store.fix_shared(id)?;
             g = child;
+        }
+    }
+
+    /// Like [`Tree::leaf_shared`], and also the ids of up to `max` leaves
+    /// after it under the same parent (empty when the root is the leaf).
+    pub(crate) fn leaf_shared_following(
+        &self,
+        key: &[u8],
+        max: usize,
+    ) -> Result<(S::Shared<'_>, PageId, Vec<PageId>)> {
+        let mut g = self.store.fix_shared(self.root)?;
+        let mut id = self.root;
+        let mut following = Vec::new();
+        loop {
+            expect_node(&g, id)?;
+            if page::is_leaf(&g) {
+                return Ok((g, id, following));
+            }
+            let (off, child) = page::child_for(&g, key);
+            if page::level(&g) == 1 {
+                following = page::records(&g)
+                    .skip_while(|&o| o != off)
+                    .skip(1)
+                    .take(max)
+                    .map(|o| page::rec_child(&g, o))
+                    .collect();
+            }
+            id = child;
+            let next = self.store.fix_shared(id)?;
+            g = next;
         }
     }
 
