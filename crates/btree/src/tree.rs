@@ -1203,16 +1203,16 @@ impl<S: PageStore> Tree<S> {
             return Ok(false);
         }
         let old = RecBuf::read(leaf, pr.found);
+        page::remove(leaf, pr);
         // A page left underfull is marked in the same commit, so that a
         // rebalance that cannot be made leaves a valid tree behind.
-        let underfull = leaf.page_id() != self.root
-            && page::used_bytes(leaf) - page::rec_len(leaf, pr.found) < self.threshold_bytes();
+        let underfull =
+            leaf.page_id() != self.root && page::used_bytes(leaf) < self.threshold_bytes();
         let flags = if underfull {
             page::flags(leaf) | FLAG_GROWING
         } else {
             page::flags(leaf) & !FLAG_GROWING
         };
-        page::remove(leaf, pr);
         page::set_flags(leaf, flags);
         if !self.commit(leaf, op) {
             // Removing a record can make the page compress worse, or meet a
