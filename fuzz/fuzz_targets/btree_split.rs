@@ -8,9 +8,7 @@
 
 use arbitrary::Arbitrary;
 use barracuda_btree::store::CodecBlocks;
-use barracuda_btree::{
-    Error, KEY_BYTES_MAX, MemStore, PageStore, SplitPolicy, Tree, TreeConfig,
-};
+use barracuda_btree::{Error, KEY_BYTES_MAX, MemStore, PageStore, SplitPolicy, Tree, TreeConfig};
 use barracuda_codec::{BlockSize, Codec, Geometry};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -138,7 +136,10 @@ fn failed<S: PageStore>(tree: &Tree<S>, model: &BTreeMap<Vec<u8>, Vec<u8>>, e: &
         matches!(e, Error::CompressionUnfit { .. }) && tree.config().compressed,
         "operation failed: {e}"
     );
-    assert!(contents(tree) == *model, "failed operation changed the tree");
+    assert!(
+        contents(tree) == *model,
+        "failed operation changed the tree"
+    );
 }
 
 fn scan_matches<S: PageStore>(
