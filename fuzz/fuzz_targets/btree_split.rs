@@ -1,10 +1,15 @@
 //! Fuzzes the B+tree's split, merge and cursor paths with adversarial key
-//! patterns: every operation is checked against `BTreeMap`, and the
-//! invariant checker runs after every operation.
+//! patterns and values (runs of one byte, or random bytes that do not
+//! compress), on uncompressed pages or real zlib blocks (`CodecBlocks`):
+//! every operation is checked against `BTreeMap` (an operation may fail only
+//! with `CompressionUnfit` on a compressed tree, and then must have changed
+//! nothing), and the invariant checker runs after every operation.
 #![no_main]
 
 use arbitrary::Arbitrary;
-use barracuda_btree::{KEY_BYTES_MAX, MemStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::store::CodecBlocks;
+use barracuda_btree::{Error, KEY_BYTES_MAX, MemStore, PageStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_codec::{BlockSize, Codec, Geometry};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -58,12 +63,25 @@ impl KeySpec {
     }
 }
 
+/// How pages are stored.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Blocks {
+    Uncompressed,
+    /// Zlib blocks of half the page.
+    ZlibHalf,
+    /// Zlib blocks of a quarter of the page.
+    ZlibQuarter,
+}
+
 #[derive(Arbitrary, Debug)]
 enum Op {
     Insert {
         key: KeySpec,
         value_len: u16,
         fill: u8,
+        /// Random (incompressible) bytes from `fill` as the seed, instead of
+        /// a run of `fill`.
+        random: bool,
     },
     Delete {
         key: KeySpec,
@@ -82,11 +100,50 @@ enum Op {
 struct Input {
     policy: Policy,
     big_pages: bool,
+    blocks: Blocks,
     ops: Vec<Op>,
 }
 
-fn scan_matches(
-    tree: &Tree<MemStore>,
+/// `len` bytes of xorshift output seeded by `seed`: incompressible.
+fn random_bytes(seed: u8, len: usize) -> Vec<u8> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(seed);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn contents<S: PageStore>(tree: &Tree<S>) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut c = tree.cursor();
+    let mut out = BTreeMap::new();
+    let mut ok = c.first().expect("first");
+    while ok {
+        let (k, v) = c.entry().expect("entry").clone();
+        out.insert(k, v);
+        ok = c.next().expect("next");
+    }
+    out
+}
+
+/// An operation failed: only a compression failure of a compressed tree
+/// may, and it must have changed nothing.
+fn failed<S: PageStore>(tree: &Tree<S>, model: &BTreeMap<Vec<u8>, Vec<u8>>, e: &Error) {
+    assert!(
+        matches!(e, Error::CompressionUnfit { .. }) && tree.config().compressed,
+        "operation failed: {e}"
+    );
+    assert!(
+        contents(tree) == *model,
+        "failed operation changed the tree"
+    );
+}
+
+fn scan_matches<S: PageStore>(
+    tree: &Tree<S>,
     model: &BTreeMap<Vec<u8>, Vec<u8>>,
     from: &[u8],
     forward: bool,
@@ -124,39 +181,34 @@ fn scan_matches(
     assert!(got == want, "scan from {from:?} forward={forward} differs");
 }
 
-libfuzzer_sys::fuzz_target!(|input: Input| {
-    let page = if input.big_pages { 16 * 1024 } else { 4 * 1024 };
-    let policy = match input.policy {
-        Policy::Half => SplitPolicy::Half,
-        Policy::InnoDb => SplitPolicy::InnoDb,
-        Policy::Adaptive => SplitPolicy::Adaptive,
-        Policy::InnoDbLastInsert => SplitPolicy::InnoDbLastInsert,
-    };
-    let store = Arc::new(MemStore::new(page).expect("page size"));
-    let tree = Tree::create(
-        store,
-        TreeConfig {
-            policy,
-            ..TreeConfig::default()
-        },
-    )
-    .expect("create");
+fn run<S: PageStore>(tree: &Tree<S>, ops: &[Op], page: usize) {
     let mut model = BTreeMap::new();
-    for op in input.ops.iter().take(OPS_MAX) {
+    for op in ops.iter().take(OPS_MAX) {
         match op {
             Op::Insert {
                 key,
                 value_len,
                 fill,
+                random,
             } => {
                 let k = key.bytes();
-                let v = vec![*fill; usize::from(*value_len) % (3 * page)];
-                let existed = tree.insert(&k, &v).expect("insert");
-                assert_eq!(existed, model.insert(k, v).is_some());
+                let len = usize::from(*value_len) % (3 * page);
+                let v = if *random {
+                    random_bytes(*fill, len)
+                } else {
+                    vec![*fill; len]
+                };
+                match tree.insert(&k, &v) {
+                    Ok(existed) => assert_eq!(existed, model.insert(k, v).is_some()),
+                    Err(e) => failed(tree, &model, &e),
+                }
             }
             Op::Delete { key } => {
                 let k = key.bytes();
-                assert_eq!(tree.delete(&k).expect("delete"), model.remove(&k).is_some());
+                match tree.delete(&k) {
+                    Ok(existed) => assert_eq!(existed, model.remove(&k).is_some()),
+                    Err(e) => failed(tree, &model, &e),
+                }
             }
             Op::Get { key } => {
                 let k = key.bytes();
@@ -166,11 +218,47 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
                 from,
                 forward,
                 count,
-            } => scan_matches(&tree, &model, &from.bytes(), *forward, *count),
+            } => scan_matches(tree, &model, &from.bytes(), *forward, *count),
         }
         if let Err(e) = tree.check_invariants() {
             panic!("invariant: {e}");
         }
     }
-    scan_matches(&tree, &model, &[], true, u8::MAX);
+    scan_matches(tree, &model, &[], true, u8::MAX);
+}
+
+libfuzzer_sys::fuzz_target!(|input: Input| {
+    let page = if input.big_pages { 16 * 1024 } else { 4 * 1024 };
+    let policy = match input.policy {
+        Policy::Half => SplitPolicy::Half,
+        Policy::InnoDb => SplitPolicy::InnoDb,
+        Policy::Adaptive => SplitPolicy::Adaptive,
+        Policy::InnoDbLastInsert => SplitPolicy::InnoDbLastInsert,
+    };
+    let block = match input.blocks {
+        Blocks::Uncompressed => None,
+        Blocks::ZlibHalf if input.big_pages => Some(BlockSize::Kib8),
+        Blocks::ZlibHalf => Some(BlockSize::Kib2),
+        Blocks::ZlibQuarter if input.big_pages => Some(BlockSize::Kib4),
+        Blocks::ZlibQuarter => Some(BlockSize::Kib1),
+    };
+    let config = TreeConfig {
+        policy,
+        compressed: block.is_some(),
+        ..TreeConfig::default()
+    };
+    match block {
+        None => {
+            let store = Arc::new(MemStore::new(page).expect("page size"));
+            let tree = Tree::create(store, config).expect("create");
+            run(&tree, &input.ops, page);
+        }
+        Some(block) => {
+            let geometry = Geometry::new(page, block).expect("geometry");
+            let fit = CodecBlocks::new(Codec::zlib_default(), geometry).expect("codec");
+            let store = Arc::new(MemStore::with_fit(page, fit).expect("page size"));
+            let tree = Tree::create(store, config).expect("create");
+            run(&tree, &input.ops, page);
+        }
+    }
 });

@@ -11,11 +11,25 @@
 //!
 //! Entries are not a snapshot: a cursor sees every key that was present for
 //! the whole scan, and may or may not see keys inserted or deleted during it.
+//!
+//! # Read-ahead
+//!
+//! When [`Cursor::next`] moves to a new leaf and every leaf hinted before
+//! has been reached, the cursor hints the next window of
+//! [`crate::TreeConfig::read_ahead_pages`] leaves to the store
+//! ([`PageStore::prefetch`]): the leaves after the new one in its parent's
+//! child list, read while the descent held the parent anyway (or, at the
+//! parent's last child, its right sibling, the first leaf under the next
+//! parent). The hint is given after every latch is released, and each leaf
+//! is hinted once, in scan order. Seeks, backward moves and point reads
+//! hint nothing.
 
 use crate::error::Result;
 use crate::page;
 use crate::store::PageStore;
 use crate::tree::{Tree, check_key, expect_node};
+use barracuda_codec::PageId;
+use std::collections::VecDeque;
 use std::ops::Bound;
 
 /// A key and its value.
@@ -26,6 +40,18 @@ pub struct Cursor<'t, S: PageStore> {
     tree: &'t Tree<S>,
     batch: Vec<Entry>,
     index: usize,
+    /// Leaves hinted to the store and not reached yet, in scan order.
+    hinted: VecDeque<PageId>,
+}
+
+/// The leaf a forward batch came from, and what read-ahead needs to know
+/// about the leaves after it.
+struct Visited {
+    leaf: PageId,
+    /// Up to `read_ahead_pages` leaves after it under its parent.
+    following: Vec<PageId>,
+    /// Its right sibling.
+    right: Option<PageId>,
 }
 
 impl<'t, S: PageStore> Cursor<'t, S> {
@@ -34,6 +60,7 @@ impl<'t, S: PageStore> Cursor<'t, S> {
             tree,
             batch: Vec::new(),
             index: 0,
+            hinted: VecDeque::new(),
         }
     }
 
@@ -67,7 +94,7 @@ impl<'t, S: PageStore> Cursor<'t, S> {
     /// Moves to the first key >= `key`; false if there is none.
     pub fn seek(&mut self, key: &[u8]) -> Result<bool> {
         check_key(key)?;
-        let batch = self.tree.collect_forward(Bound::Included(key))?;
+        let (batch, _) = self.tree.collect_forward(Bound::Included(key), 0)?;
         Ok(self.set_forward(batch))
     }
 
@@ -80,7 +107,7 @@ impl<'t, S: PageStore> Cursor<'t, S> {
 
     /// Moves to the smallest key; false if the tree is empty.
     pub fn first(&mut self) -> Result<bool> {
-        let batch = self.tree.collect_forward(Bound::Unbounded)?;
+        let (batch, _) = self.tree.collect_forward(Bound::Unbounded, 0)?;
         Ok(self.set_forward(batch))
     }
 
@@ -104,8 +131,37 @@ impl<'t, S: PageStore> Cursor<'t, S> {
             return Ok(false);
         };
         let key = key.clone();
-        let batch = self.tree.collect_forward(Bound::Excluded(&key))?;
+        let window = self.tree.config.read_ahead_pages;
+        let (batch, visited) = self.tree.collect_forward(Bound::Excluded(&key), window)?;
+        // No latch is held here: hinting cannot wait on one.
+        if window > 0 && !batch.is_empty() {
+            self.read_ahead(visited);
+        }
         Ok(self.set_forward(batch))
+    }
+
+    /// The scan reached `visited.leaf`: forget the hinted leaves up to it,
+    /// and once none is left, hint the next window.
+    fn read_ahead(&mut self, visited: Visited) {
+        match self.hinted.iter().position(|&h| h == visited.leaf) {
+            Some(i) => drop(self.hinted.drain(..=i)),
+            // Not where the last window led (a seek, or the tree changed).
+            None => self.hinted.clear(),
+        }
+        if !self.hinted.is_empty() {
+            return;
+        }
+        let window: Vec<PageId> = if visited.following.is_empty() {
+            // The parent's last child: the next leaf is under the next
+            // parent, and only this leaf's link knows it.
+            visited.right.into_iter().collect()
+        } else {
+            visited.following
+        };
+        if !window.is_empty() {
+            self.tree.store.prefetch(&window);
+            self.hinted.extend(window);
+        }
     }
 
     /// Moves to the previous key; false (and off the tree) at the start.
@@ -152,24 +208,48 @@ impl<S: PageStore> Tree<S> {
             .collect()
     }
 
-    /// The entries past `bound` in the first leaf that has any.
-    fn collect_forward(&self, bound: Bound<&[u8]>) -> Result<Vec<Entry>> {
-        let (mut g, _) = match bound {
-            Bound::Included(k) | Bound::Excluded(k) => self.leaf_shared(k)?,
-            Bound::Unbounded => self.edge_leaf_shared(false)?,
+    /// The entries past `bound` in the first leaf that has any, and that
+    /// leaf (with up to `read_ahead` leaves after it under its parent).
+    fn collect_forward(
+        &self,
+        bound: Bound<&[u8]>,
+        read_ahead: usize,
+    ) -> Result<(Vec<Entry>, Visited)> {
+        // A move past a leaf's last key descends to that leaf and steps
+        // right: one more id than the window, for the one stepped onto.
+        let ids_max = if read_ahead > 0 { read_ahead + 1 } else { 0 };
+        let (mut g, mut id, mut following) = match bound {
+            Bound::Included(k) | Bound::Excluded(k) => self.leaf_shared_following(k, ids_max)?,
+            Bound::Unbounded => {
+                let (g, id) = self.edge_leaf_shared(false)?;
+                (g, id, Vec::new())
+            }
         };
         loop {
             let entries = self.leaf_entries(&g, |k| above(k, bound))?;
-            if !entries.is_empty() {
-                return Ok(entries);
-            }
-            let Some(next) = page::right(&g) else {
-                return Ok(entries);
+            let right = page::right(&g);
+            let Some(next) = right.filter(|_| entries.is_empty()) else {
+                let leaf = id;
+                following.truncate(read_ahead);
+                return Ok((
+                    entries,
+                    Visited {
+                        leaf,
+                        following,
+                        right,
+                    },
+                ));
             };
             // Coupling: latch the right sibling before releasing this leaf.
             let ng = self.store.fix_shared(next)?;
             expect_node(&ng, next)?;
             g = ng;
+            id = next;
+            // The parent's list goes on past this leaf only if it named it.
+            match following.iter().position(|&f| f == next) {
+                Some(i) => drop(following.drain(..=i)),
+                None => following.clear(),
+            }
         }
     }
 

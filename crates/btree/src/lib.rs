@@ -63,6 +63,7 @@
 //! # Ok::<(), barracuda_btree::Error>(())
 //! ```
 
+mod change;
 mod check;
 pub mod cursor;
 mod error;

@@ -172,6 +172,48 @@ pub trait PageStore: Send + Sync {
     /// The pages currently on the free list (for invariant checks).
     fn free_page_ids(&self) -> Vec<PageId>;
 
+    /// Whether committing `guard`'s page with its bytes changed to `image`
+    /// would answer [`Fit::Fits`], without changing anything.
+    ///
+    /// The tree asks this for every page of a structure change (split,
+    /// merge, redistribution) before it writes any of them, so that a change
+    /// that would not fit is abandoned with nothing committed. The answer
+    /// must be *conservative*: if it is true, writing the bytes where
+    /// `image` differs and committing answers `Fits`. `guard` has no pending
+    /// patches. Uncompressed stores answer true.
+    ///
+    /// The default is correct for any store but slow and more conservative
+    /// than need be: it allocates a scratch page, writes and commits `image`
+    /// there (a page's first commit compresses it afresh, and a page that
+    /// compresses afresh fits whatever its modification log holds) and frees
+    /// it again, all inside `op`. A store should answer from its codec and
+    /// the page's block instead.
+    fn would_fit(
+        &self,
+        guard: &Self::Exclusive<'_>,
+        image: &[u8],
+        op: &mut OpContext,
+    ) -> Result<bool> {
+        let _ = guard;
+        let mut scratch = self.allocate(op)?;
+        let mut bytes = image.to_vec();
+        // The codec's reserved bytes are not the tree's to write.
+        let reserved = barracuda_codec::PAGE_HEADER_RESERVED_BYTES;
+        bytes[..reserved].copy_from_slice(&scratch[..reserved]);
+        scratch.write_diff(&bytes);
+        let fit = scratch.commit(op);
+        self.free(scratch, op)?;
+        Ok(fit == Fit::Fits)
+    }
+
+    /// A hint that these pages will be read soon (a range scan about to
+    /// reach them), so the store may start reading them asynchronously.
+    /// Must never block on a page latch and never fail; the default ignores
+    /// it.
+    fn prefetch(&self, page_ids: &[PageId]) {
+        let _ = page_ids;
+    }
+
     /// Called once per tree operation, after all its latches were released,
     /// with everything it changed. The default drops it.
     fn finish_op(&self, op: OpContext) {
@@ -190,6 +232,9 @@ pub trait FitCheck: Send + Sync {
     /// True if `page` (already patched with `patches`) fits. On `false`,
     /// `block` must be left as it was: the store rolls the page back.
     fn commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &mut Vec<u8>) -> bool;
+
+    /// What [`FitCheck::commit`] would answer, without changing `block`.
+    fn would_commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &[u8]) -> bool;
 }
 
 /// Uncompressed pages: everything fits.
@@ -198,6 +243,10 @@ pub struct AlwaysFits;
 
 impl FitCheck for AlwaysFits {
     fn commit(&self, _: PageId, _: &[u8], _: &[Patch], _: &mut Vec<u8>) -> bool {
+        true
+    }
+
+    fn would_commit(&self, _: PageId, _: &[u8], _: &[Patch], _: &[u8]) -> bool {
         true
     }
 }
@@ -214,7 +263,11 @@ pub struct NonZeroBudget {
 }
 
 impl FitCheck for NonZeroBudget {
-    fn commit(&self, _: PageId, page: &[u8], _: &[Patch], _: &mut Vec<u8>) -> bool {
+    fn commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &mut Vec<u8>) -> bool {
+        self.would_commit(page_id, page, patches, block)
+    }
+
+    fn would_commit(&self, _: PageId, page: &[u8], _: &[Patch], _: &[u8]) -> bool {
         // The codec's block header and trailer, estimated.
         const BLOCK_OVERHEAD_BYTES: usize = 64;
         page.iter().filter(|b| **b != 0).count() + BLOCK_OVERHEAD_BYTES <= self.block_size_bytes
@@ -244,8 +297,33 @@ impl CodecBlocks {
 
 impl FitCheck for CodecBlocks {
     fn commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &mut Vec<u8>) -> bool {
+        match self.trial(page_id, page, patches, block) {
+            Some(next) => {
+                *block = next;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn would_commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &[u8]) -> bool {
+        self.trial(page_id, page, patches, block).is_some()
+    }
+}
+
+impl CodecBlocks {
+    /// The block after committing `patches` (which made `page`), if it fits:
+    /// the patches appended to the modification log, or else the page
+    /// compressed afresh.
+    fn trial(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        patches: &[Patch],
+        block: &[u8],
+    ) -> Option<Vec<u8>> {
         if !block.is_empty() {
-            let mut trial = block.clone();
+            let mut trial = block.to_vec();
             let logged = patches.iter().all(|p| {
                 matches!(
                     append_patch(&mut trial, p.offset as usize, &p.bytes),
@@ -253,8 +331,7 @@ impl FitCheck for CodecBlocks {
                 )
             });
             if logged {
-                *block = trial;
-                return true;
+                return Some(trial);
             }
         }
         let mut fresh = vec![0u8; self.block_size_bytes];
@@ -262,11 +339,40 @@ impl FitCheck for CodecBlocks {
             .codec
             .lock()
             .compress(page, page_id, Lsn(0), &mut fresh);
-        if matches!(outcome, Ok(CompressOutcome::Fits { .. })) {
-            *block = fresh;
-            return true;
-        }
-        false
+        matches!(outcome, Ok(CompressOutcome::Fits { .. })).then_some(fresh)
+    }
+}
+
+/// A page copy that records the patches written to it: the patches a guard
+/// would get from the same writes.
+struct PatchRecorder {
+    page_id: PageId,
+    bytes: Vec<u8>,
+    patches: Vec<Patch>,
+}
+
+impl Deref for PatchRecorder {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl PageWrite for PatchRecorder {
+    fn page_id(&self) -> PageId {
+        self.page_id
+    }
+
+    fn write(&mut self, offset: usize, bytes: &[u8]) {
+        self.bytes[offset..offset + bytes.len()].copy_from_slice(bytes);
+        self.patches.push(Patch {
+            offset: offset as u32,
+            bytes: bytes.to_vec(),
+        });
+    }
+
+    fn commit(&mut self, _: &mut OpContext) -> Fit {
+        Fit::Fits
     }
 }
 
@@ -515,6 +621,25 @@ impl<F: FitCheck> PageStore for MemStore<F> {
 
     fn free_page_ids(&self) -> Vec<PageId> {
         self.free_list.lock().clone()
+    }
+
+    fn would_fit(
+        &self,
+        guard: &MemExclusive<'_, F>,
+        image: &[u8],
+        _: &mut OpContext,
+    ) -> Result<bool> {
+        debug_assert!(guard.pending.is_empty(), "would_fit with pending patches");
+        let mut recorder = PatchRecorder {
+            page_id: guard.page_id,
+            bytes: guard.guard.page.to_vec(),
+            patches: Vec::new(),
+        };
+        recorder.write_diff(image);
+        let frame = &*guard.guard;
+        Ok(self
+            .fit
+            .would_commit(guard.page_id, image, &recorder.patches, &frame.block))
     }
 
     fn finish_op(&self, op: OpContext) {

@@ -1,6 +1,7 @@
 //! The tree: descent with latch coupling, insert and split, delete and
 //! rebalance, overflow values.
 
+use crate::change::{Change, Scratch};
 use crate::error::{Error, Result};
 use crate::page::{
     self, FLAG_GROWING, INSERT_WAS_MAX, INSERT_WAS_MIN, KEY_BYTES_MAX, Layout, PageType,
@@ -49,6 +50,11 @@ pub struct TreeConfig {
     /// structure changes keep every ancestor latched (a compression failure
     /// can split a page the space check called safe). Default = false.
     pub compressed: bool,
+    /// Leaves a forward scan hints to the store ([`crate::PageStore::prefetch`])
+    /// each time it reaches the end of what it hinted before: the next
+    /// leaves under the same parent (InnoDB's linear read-ahead, one window
+    /// at a time). 0 disables read-ahead. Default = 8.
+    pub read_ahead_pages: usize,
 }
 
 impl Default for TreeConfig {
@@ -57,9 +63,16 @@ impl Default for TreeConfig {
             policy: SplitPolicy::Adaptive,
             merge_threshold_percent: /* InnoDB's default */ 50,
             compressed: false,
+            read_ahead_pages: DEFAULT_READ_AHEAD_PAGES,
         }
     }
 }
+
+/// Default read-ahead window in leaves: enough to keep a few reads in flight
+/// ahead of a scan, small enough not to flood the pool (InnoDB reads ahead
+/// by extents of 64 pages, but its pages are not compressed blocks that a
+/// hint makes the pool decompress).
+const DEFAULT_READ_AHEAD_PAGES: usize = 8;
 
 /// Why and how a page was split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -355,16 +368,6 @@ impl<S: PageStore> Tree<S> {
         fits
     }
 
-    fn commit_or_err<G: PageWrite>(&self, g: &mut G, op: &mut OpContext) -> Result<()> {
-        if self.commit(g, op) {
-            Ok(())
-        } else {
-            Err(Error::CompressionUnfit {
-                page_id: g.page_id(),
-            })
-        }
-    }
-
     // ---------------------------------------------------------------- descent
 
     /// The leaf covering `key`, latched shared, by latch coupling.
@@ -379,6 +382,36 @@ impl<S: PageStore> Tree<S> {
             id = page::child_for(&g, key).1;
             let child = self.store.fix_shared(id)?;
             g = child;
+        }
+    }
+
+    /// Like [`Tree::leaf_shared`], and also the ids of up to `max` leaves
+    /// after it under the same parent (empty when the root is the leaf).
+    pub(crate) fn leaf_shared_following(
+        &self,
+        key: &[u8],
+        max: usize,
+    ) -> Result<(S::Shared<'_>, PageId, Vec<PageId>)> {
+        let mut g = self.store.fix_shared(self.root)?;
+        let mut id = self.root;
+        let mut following = Vec::new();
+        loop {
+            expect_node(&g, id)?;
+            if page::is_leaf(&g) {
+                return Ok((g, id, following));
+            }
+            let (off, child) = page::child_for(&g, key);
+            if page::level(&g) == 1 {
+                following = page::records(&g)
+                    .skip_while(|&o| o != off)
+                    .skip(1)
+                    .take(max)
+                    .map(|o| page::rec_child(&g, o))
+                    .collect();
+            }
+            id = child;
+            let next = self.store.fix_shared(id)?;
+            g = next;
         }
     }
 
@@ -528,37 +561,54 @@ impl<S: PageStore> Tree<S> {
         if value.len() <= page::value_inline_bytes_max(self.page_size()) {
             return Ok((0, value.to_vec()));
         }
+        let mut first = None;
+        if let Err(e) = self.write_chain(op, value, &mut first) {
+            if let Some(id) = first {
+                // The first error is the one to report; a chain that cannot
+                // be freed stays allocated.
+                let _ = self.free_chain(op, id);
+            }
+            return Err(e);
+        }
+        let first = first.ok_or_else(|| unreachable_err(self.root))?;
+        let mut stored = first.0.to_le_bytes().to_vec();
+        stored.extend_from_slice(&(value.len() as u64).to_le_bytes());
+        Ok((REC_OVERFLOW, stored))
+    }
+
+    /// Writes `value` into a new overflow chain, from its end, so that each
+    /// page is written once, its next link already known; `first` is the
+    /// chain written so far. Each page is new, so a commit that does not fit
+    /// changed nothing and is retried with a smaller chunk.
+    fn write_chain(
+        &self,
+        op: &mut OpContext,
+        value: &[u8],
+        first: &mut Option<PageId>,
+    ) -> Result<()> {
         let chunk_max = self.page_size() - page::PAGE_HEADER_BYTES;
         // Smallest chunk tried when a page will not compress into its block.
         const CHUNK_BYTES_MIN: usize = 64;
-        let mut guards: Vec<S::Exclusive<'_>> = Vec::new();
-        let mut rest = value;
-        while !rest.is_empty() {
+        let mut end = value.len();
+        while end > 0 {
             let mut g = self.store.allocate(op)?;
-            let mut take = chunk_max.min(rest.len());
+            let mut take = chunk_max.min(end);
             loop {
-                page::write_overflow(&mut g, &rest[..take], None);
+                page::write_overflow(&mut g, &value[end - take..end], *first);
                 if self.commit(&mut g, op) {
                     break;
                 }
                 if take <= CHUNK_BYTES_MIN {
-                    return Err(Error::CompressionUnfit {
-                        page_id: g.page_id(),
-                    });
+                    let page_id = g.page_id();
+                    self.store.free(g, op)?;
+                    return Err(Error::CompressionUnfit { page_id });
                 }
                 take /= 2;
             }
-            if let Some(prev) = guards.last_mut() {
-                page::set_right(prev, Some(g.page_id()));
-                self.commit_or_err(prev, op)?;
-            }
-            rest = &rest[take..];
-            guards.push(g);
+            *first = Some(g.page_id());
+            end -= take;
         }
-        let first = guards[0].page_id();
-        let mut stored = first.0.to_le_bytes().to_vec();
-        stored.extend_from_slice(&(value.len() as u64).to_le_bytes());
-        Ok((REC_OVERFLOW, stored))
+        Ok(())
     }
 
     /// Frees the overflow chain of a record that was removed or replaced.
@@ -566,7 +616,12 @@ impl<S: PageStore> Tree<S> {
         if rec.flags & REC_OVERFLOW == 0 {
             return Ok(());
         }
-        let mut next = Some(decode_overflow_ref(&rec.value).0);
+        self.free_chain(op, decode_overflow_ref(&rec.value).0)
+    }
+
+    /// Frees an overflow chain from its first page.
+    fn free_chain(&self, op: &mut OpContext, first: PageId) -> Result<()> {
+        let mut next = Some(first);
         while let Some(id) = next {
             let g = self.store.fix_exclusive(id)?;
             if page::page_type(&g) != Some(PageType::Overflow) {
@@ -603,6 +658,20 @@ impl<S: PageStore> Tree<S> {
             value: stored,
             old_offset: None,
         };
+        let chain = (flags & REC_OVERFLOW != 0).then(|| decode_overflow_ref(&rec.value).0);
+        let result = self.upsert(op, rec);
+        if let (Err(_), Some(first)) = (&result, chain) {
+            // Nothing of the insert was committed but its new overflow
+            // chain: give it back. (The first error is the one to report.)
+            let _ = self.free_chain(op, first);
+        }
+        result
+    }
+
+    /// Inserts or replaces `rec`: optimistically in its leaf, else on an
+    /// exclusively latched path, splitting as needed.
+    fn upsert(&self, op: &mut OpContext, rec: RecBuf) -> Result<bool> {
+        let key = rec.key.as_slice();
         {
             let mut leaf = self.leaf_exclusive(key)?;
             if let LeafOutcome::Done(existed) = self.leaf_upsert(&mut leaf, op, &rec)? {
@@ -673,7 +742,7 @@ impl<S: PageStore> Tree<S> {
         rec: RecBuf,
     ) -> Result<bool> {
         let last = path.len() - 1;
-        let kind = match self.leaf_upsert(&mut path[last], op, &rec)? {
+        let cause = match self.leaf_upsert(&mut path[last], op, &rec)? {
             LeafOutcome::Done(existed) => return Ok(existed),
             LeafOutcome::Full => None,
             LeafOutcome::Unfit => Some(SplitKind::CompressionFailure),
@@ -686,45 +755,22 @@ impl<S: PageStore> Tree<S> {
         };
         let new_idx = recs.partition_point(|r| r.key < rec.key);
         recs.insert(new_idx, rec);
-        let mut carry = self.split(path, last, recs, new_idx, kind, op)?;
-        let mut i = last;
-        while let Some(sep) = carry {
-            i -= 1;
-            carry = self.insert_internal(path, i, sep, op)?;
-        }
+        let job = Overfull {
+            recs,
+            new_idx: Some(new_idx),
+            cause,
+        };
+        self.split_up(path, last, job, op)?;
         if let Some(o) = &old {
             self.free_value(op, o)?;
         }
         Ok(old.is_some())
     }
 
-    fn insert_internal<'a>(
-        &'a self,
-        path: &mut [S::Exclusive<'a>],
-        i: usize,
-        sep: RecBuf,
-        op: &mut OpContext,
-    ) -> Result<Option<RecBuf>> {
-        let g = &mut path[i];
-        let pr = page::probe(g, &sep.key);
-        debug_assert_eq!(pr.found, 0, "separator already in parent");
-        let mut kind = None;
-        if page::has_room(g, sep.len(), self.limit_bytes()) {
-            page::insert(g, pr, &sep);
-            if self.commit(g, op) {
-                return Ok(None);
-            }
-            kind = Some(SplitKind::CompressionFailure);
-        }
-        let mut recs = page::read_all(g);
-        let new_idx = 1 + recs[1..].partition_point(|r| r.key < sep.key);
-        recs.insert(new_idx, sep);
-        self.split(path, i, recs, new_idx, kind, op)
-    }
-
     /// Candidate cuts for splitting `recs` (the page's records plus the new
-    /// one at `new_idx`), best first, and the kind of the first.
-    fn cuts(&self, p: &[u8], recs: &[RecBuf], new_idx: usize) -> (Vec<usize>, SplitKind) {
+    /// one at `new_idx`, if the split makes room for one), best first, and
+    /// the kind of the first.
+    fn cuts(&self, p: &[u8], recs: &[RecBuf], new_idx: Option<usize>) -> (Vec<usize>, SplitKind) {
         let n = recs.len();
         let limit = self.limit_bytes();
         let fits = |c: usize| {
@@ -732,7 +778,25 @@ impl<S: PageStore> Tree<S> {
                 && page::image_bytes(&recs[..c]) <= limit
                 && page::image_bytes(&recs[c..]) <= limit
         };
-        let policy_cut = match self.config.policy {
+        let policy_cut = new_idx.and_then(|new_idx| self.policy_cut(p, recs, new_idx));
+        let mid = fraction_cut(recs, 1, 2);
+        let mut out = Vec::new();
+        let mut kind = SplitKind::Half;
+        if let Some(c) = policy_cut.filter(|&c| fits(c)) {
+            out.push(c);
+            kind = SplitKind::Sequential;
+        }
+        out.push(mid);
+        // Last resorts when padding squeezes the limit: any cut that fits.
+        out.extend((1..n).filter(|&c| c != mid && fits(c)).take(2));
+        (out, kind)
+    }
+
+    /// The cut the split policy asks for, if the insert is sequential.
+    fn policy_cut(&self, p: &[u8], recs: &[RecBuf], new_idx: usize) -> Option<usize> {
+        let n = recs.len();
+        let limit = self.limit_bytes();
+        match self.config.policy {
             SplitPolicy::Half => None,
             SplitPolicy::InnoDb => {
                 let f = page::insert_flags(p);
@@ -773,18 +837,7 @@ impl<S: PageStore> Tree<S> {
                     _ => None,
                 }
             }
-        };
-        let mid = fraction_cut(recs, 1, 2);
-        let mut out = Vec::new();
-        let mut kind = SplitKind::Half;
-        if let Some(c) = policy_cut.filter(|&c| fits(c)) {
-            out.push(c);
-            kind = SplitKind::Sequential;
         }
-        out.push(mid);
-        // Last resorts when padding squeezes the limit: any cut that fits.
-        out.extend((1..n).filter(|&c| c != mid && fits(c)).take(2));
-        (out, kind)
     }
 
     fn part_layout(&self, p: &[u8], part: &[RecBuf], new_in_part: Option<usize>) -> Layout {
@@ -811,59 +864,155 @@ impl<S: PageStore> Tree<S> {
         layout
     }
 
-    /// Splits `path[i]`, whose new contents `recs` do not fit, into itself
-    /// and a new right sibling; returns the separator to insert into the
-    /// parent (`None` after a root split).
-    fn split<'a>(
+    /// Splits `path[i]`, whose new contents do not fit it, and carries the
+    /// separators up as far as needed. Every page is staged and checked
+    /// first: if some page does not fit, nothing is written, the pages
+    /// allocated for the split are freed, and the error names `path[i]`.
+    fn split_up<'a>(
         &'a self,
         path: &mut [S::Exclusive<'a>],
         i: usize,
-        recs: Vec<RecBuf>,
-        new_idx: usize,
-        cause: Option<SplitKind>,
+        job: Overfull,
         op: &mut OpContext,
-    ) -> Result<Option<RecBuf>> {
-        if path[i].page_id() == self.root {
-            self.split_root(&mut path[i], recs, new_idx, cause, op)?;
-            return Ok(None);
+    ) -> Result<()> {
+        let page_id = path[i].page_id();
+        let mut change = Change::new();
+        match self.stage_splits(path, i, job, &mut change, op) {
+            Ok(Some(kinds)) => {
+                self.apply(path, change, op)?;
+                for (kind, root) in kinds {
+                    self.count_split(kind);
+                    if root {
+                        self.counters.split_root.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Ok(())
+            }
+            Ok(None) => {
+                self.abandon(change, op)?;
+                Err(Error::CompressionUnfit { page_id })
+            }
+            Err(e) => {
+                // The first error is the one to report; pages the abandoned
+                // split could not free stay allocated.
+                let _ = self.abandon(change, op);
+                Err(e)
+            }
         }
-        assert!(
-            i > 0,
-            "splitting {} without its parent latched",
-            path[i].page_id()
-        );
-        let (cuts, policy_kind) = self.cuts(&path[i], &recs, new_idx);
-        let old = &mut path[i];
+    }
+
+    /// Stages the split of `path[j]` and of every ancestor the separator
+    /// does not fit; the kinds of the splits (and whether each was the
+    /// root's), or `None` if some split cannot be made to fit.
+    fn stage_splits<'a>(
+        &'a self,
+        path: &[S::Exclusive<'a>],
+        mut j: usize,
+        mut job: Overfull,
+        change: &mut Change<'a, S>,
+        op: &mut OpContext,
+    ) -> Result<Option<Vec<(SplitKind, bool)>>> {
+        let mut kinds = Vec::new();
+        loop {
+            if job.recs.len() < 2 {
+                return Ok(None);
+            }
+            if path[j].page_id() == self.root {
+                let Some(kind) = self.stage_root_split(&path[j], &job, change, op)? else {
+                    return Ok(None);
+                };
+                kinds.push((kind, true));
+                return Ok(Some(kinds));
+            }
+            if j == 0 {
+                // Only a page judged safe is latched without its parent, and
+                // a safe page does not split (unless the store is compressed
+                // while the tree is not configured so).
+                return Ok(None);
+            }
+            let Some((kind, sep)) = self.stage_split(&path[j], &job, change, op)? else {
+                return Ok(None);
+            };
+            kinds.push((kind, false));
+            j -= 1;
+            let parent = &path[j];
+            let pr = page::probe(parent, &sep.key);
+            debug_assert_eq!(pr.found, 0, "separator already in parent");
+            let mut cause = None;
+            if page::has_room(parent, sep.len(), self.limit_bytes()) {
+                let mut image = Scratch::of_guard(parent);
+                page::insert(&mut image, pr, &sep);
+                if self.would_fit(parent, &image, op)? {
+                    change.stage(image);
+                    return Ok(Some(kinds));
+                }
+                cause = Some(SplitKind::CompressionFailure);
+            }
+            let mut recs = page::read_all(parent);
+            let new_idx = 1 + recs[1..].partition_point(|r| r.key < sep.key);
+            recs.insert(new_idx, sep);
+            job = Overfull {
+                recs,
+                new_idx: Some(new_idx),
+                cause,
+            };
+        }
+    }
+
+    /// Stages the split of the non-root `old` into itself and a new right
+    /// sibling (and the old right sibling's left link); the split's kind and
+    /// the separator for the parent, or `None` if no cut fits.
+    fn stage_split<'a>(
+        &'a self,
+        old: &S::Exclusive<'a>,
+        job: &Overfull,
+        change: &mut Change<'a, S>,
+        op: &mut OpContext,
+    ) -> Result<Option<(SplitKind, RecBuf)>> {
+        let recs = &job.recs;
+        let (cuts, policy_kind) = self.cuts(old, recs, job.new_idx);
         let leaf = page::is_leaf(old);
-        let mut n = self.store.allocate(op)?;
+        let n = self.store.allocate(op)?;
+        let n_id = n.page_id();
+        let blank = Scratch::of_guard(&n);
+        change.allocated.push(n_id);
+        change.held.push(n);
+        let rr = if leaf { page::right(old) } else { None };
+        if let Some(rr) = rr {
+            // Left to right: the new page, then the old right sibling.
+            let g = self.store.fix_exclusive(rr)?;
+            let mut image = Scratch::of_guard(&g);
+            page::set_left(&mut image, Some(n_id));
+            let fits = self.would_fit(&g, &image, op)?;
+            change.held.push(g);
+            if !fits {
+                return Ok(None);
+            }
+            change.stage(image);
+        }
         for (k, &cut) in cuts.iter().enumerate() {
             let (l, r) = recs.split_at(cut);
-            let mut rl = self.part_layout(old, r, new_idx.checked_sub(cut));
+            let mut rl = self.part_layout(old, r, job.new_idx.and_then(|x| x.checked_sub(cut)));
             rl.left = leaf.then_some(old.page_id());
-            rl.right = if leaf { page::right(old) } else { None };
-            page::rebuild(&mut n, &rl, &strip_offsets(r));
-            if !self.commit(&mut n, op) {
+            rl.right = rr;
+            let mut right = blank.clone();
+            page::rebuild(&mut right, &rl, &strip_offsets(r));
+            let mut ll = self.part_layout(old, l, job.new_idx.filter(|&x| x < cut));
+            ll.right = leaf.then_some(n_id);
+            let mut left = Scratch::of_guard(old);
+            page::rebuild(&mut left, &ll, l);
+            let n = change.held(n_id).ok_or_else(|| unreachable_err(n_id))?;
+            if !self.would_fit(n, &right, op)? || !self.would_fit(old, &left, op)? {
                 continue;
             }
-            let mut ll = self.part_layout(old, l, (new_idx < cut).then_some(new_idx));
-            ll.right = leaf.then_some(n.page_id());
-            let rr = page::right(old);
-            page::rebuild(old, &ll, l);
-            if !self.commit(old, op) {
-                continue;
-            }
-            if let (true, Some(rr)) = (leaf, rr) {
-                let mut g = self.store.fix_exclusive(rr)?;
-                page::set_left(&mut g, Some(n.page_id()));
-                self.commit_or_err(&mut g, op)?;
-            }
-            let kind = cause.unwrap_or(if k == 0 { policy_kind } else { SplitKind::Half });
-            self.count_split(kind);
-            return Ok(Some(RecBuf::child(r[0].key.clone(), n.page_id())));
+            change.stage(right);
+            change.stage(left);
+            let kind = job
+                .cause
+                .unwrap_or(if k == 0 { policy_kind } else { SplitKind::Half });
+            return Ok(Some((kind, RecBuf::child(r[0].key.clone(), n_id))));
         }
-        let page_id = old.page_id();
-        self.store.free(n, op)?;
-        Err(Error::CompressionUnfit { page_id })
+        Ok(None)
     }
 
     fn count_split(&self, kind: SplitKind) {
@@ -875,37 +1024,45 @@ impl<S: PageStore> Tree<S> {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Splits the root: its contents move into two new children and the root
-    /// page becomes their parent, keeping its id.
-    fn split_root<G: PageWrite>(
-        &self,
-        root: &mut G,
-        recs: Vec<RecBuf>,
-        new_idx: usize,
-        cause: Option<SplitKind>,
+    /// Stages a root split: the root's contents move into two new children
+    /// and the root page becomes their parent, keeping its id. The split's
+    /// kind, or `None` if no cut fits.
+    fn stage_root_split<'a>(
+        &'a self,
+        root: &S::Exclusive<'a>,
+        job: &Overfull,
+        change: &mut Change<'a, S>,
         op: &mut OpContext,
-    ) -> Result<()> {
-        let (cuts, policy_kind) = self.cuts(root, &recs, new_idx);
+    ) -> Result<Option<SplitKind>> {
+        let recs = &job.recs;
+        let (cuts, policy_kind) = self.cuts(root, recs, job.new_idx);
         let leaf = page::is_leaf(root);
         let level = page::level(root);
-        let mut lg = self.store.allocate(op)?;
-        let mut rg = self.store.allocate(op)?;
+        let mut ids = [root.page_id(); 2];
+        let mut blanks = Vec::with_capacity(2);
+        for id in &mut ids {
+            let g = self.store.allocate(op)?;
+            *id = g.page_id();
+            blanks.push(Scratch::of_guard(&g));
+            change.allocated.push(*id);
+            change.held.push(g);
+        }
+        let [l_id, r_id] = ids;
         for (k, &cut) in cuts.iter().enumerate() {
             let (l, r) = recs.split_at(cut);
-            let mut ll = self.part_layout(root, l, (new_idx < cut).then_some(new_idx));
+            let mut ll = self.part_layout(root, l, job.new_idx.filter(|&x| x < cut));
             ll.left = None;
-            ll.right = leaf.then_some(rg.page_id());
-            let mut rl = self.part_layout(root, r, new_idx.checked_sub(cut));
-            rl.left = leaf.then_some(lg.page_id());
+            ll.right = leaf.then_some(r_id);
+            let mut rl = self.part_layout(root, r, job.new_idx.and_then(|x| x.checked_sub(cut)));
+            rl.left = leaf.then_some(l_id);
             rl.right = None;
-            page::rebuild(&mut lg, &ll, &strip_offsets(l));
-            page::rebuild(&mut rg, &rl, &strip_offsets(r));
-            if !self.commit(&mut lg, op) || !self.commit(&mut rg, op) {
-                continue;
-            }
+            let mut left = blanks[0].clone();
+            page::rebuild(&mut left, &ll, &strip_offsets(l));
+            let mut right = blanks[1].clone();
+            page::rebuild(&mut right, &rl, &strip_offsets(r));
             let top = [
-                RecBuf::child(Vec::new(), lg.page_id()),
-                RecBuf::child(r[0].key.clone(), rg.page_id()),
+                RecBuf::child(Vec::new(), l_id),
+                RecBuf::child(r[0].key.clone(), r_id),
             ];
             let layout = Layout {
                 page_type: PageType::Internal,
@@ -916,16 +1073,84 @@ impl<S: PageStore> Tree<S> {
                 last_insert: None,
                 insert_flags: 0,
             };
-            page::rebuild(root, &layout, &top);
-            self.commit_or_err(root, op)?;
-            let kind = cause.unwrap_or(if k == 0 { policy_kind } else { SplitKind::Half });
-            self.count_split(kind);
-            self.counters.split_root.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            let mut top_image = Scratch::of_guard(root);
+            page::rebuild(&mut top_image, &layout, &top);
+            let lg = change.held(l_id).ok_or_else(|| unreachable_err(l_id))?;
+            let rg = change.held(r_id).ok_or_else(|| unreachable_err(r_id))?;
+            if !self.would_fit(lg, &left, op)?
+                || !self.would_fit(rg, &right, op)?
+                || !self.would_fit(root, &top_image, op)?
+            {
+                continue;
+            }
+            change.stage(left);
+            change.stage(right);
+            change.stage(top_image);
+            let kind = job
+                .cause
+                .unwrap_or(if k == 0 { policy_kind } else { SplitKind::Half });
+            return Ok(Some(kind));
         }
-        self.store.free(lg, op)?;
-        self.store.free(rg, op)?;
-        Err(Error::CompressionUnfit { page_id: self.root })
+        Ok(None)
+    }
+
+    /// Whether `image` would fit `g`'s block (always, for an uncompressed
+    /// tree); a no counts as a compression failure.
+    fn would_fit(&self, g: &S::Exclusive<'_>, image: &[u8], op: &mut OpContext) -> Result<bool> {
+        if !self.config.compressed {
+            return Ok(true);
+        }
+        let fits = self.store.would_fit(g, image, op)?;
+        self.zip_pad.note(fits, self.page_size());
+        if !fits {
+            self.counters
+                .compression_failures
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(fits)
+    }
+
+    /// Writes and commits every staged image, then frees the pages the
+    /// change gave up.
+    fn apply<'a>(
+        &'a self,
+        path: &mut [S::Exclusive<'a>],
+        mut change: Change<'a, S>,
+        op: &mut OpContext,
+    ) -> Result<()> {
+        for image in std::mem::take(&mut change.images) {
+            let id = image.page_id();
+            let g = match path.iter_mut().find(|g| g.page_id() == id) {
+                Some(g) => g,
+                None => change
+                    .held
+                    .iter_mut()
+                    .find(|g| g.page_id() == id)
+                    .ok_or_else(|| unreachable_err(id))?,
+            };
+            g.write_diff(&image);
+            if !self.commit(g, op) {
+                // The store promised this commit would fit (`would_fit`);
+                // a store that breaks that promise breaks atomicity too.
+                return Err(Error::CompressionUnfit { page_id: id });
+            }
+        }
+        for id in std::mem::take(&mut change.to_free) {
+            let g = change.take_held(id).ok_or_else(|| unreachable_err(id))?;
+            self.store.free(g, op)?;
+        }
+        Ok(())
+    }
+
+    /// Gives up a staged change: nothing was written; the pages it allocated
+    /// return to the free list.
+    fn abandon<'a>(&'a self, mut change: Change<'a, S>, op: &mut OpContext) -> Result<()> {
+        for id in std::mem::take(&mut change.allocated) {
+            if let Some(g) = change.take_held(id) {
+                self.store.free(g, op)?;
+            }
+        }
+        Ok(())
     }
 
     // ---------------------------------------------------------------- delete
@@ -979,24 +1204,49 @@ impl<S: PageStore> Tree<S> {
         }
         let old = RecBuf::read(leaf, pr.found);
         page::remove(leaf, pr);
-        let f = page::flags(leaf) & !FLAG_GROWING;
-        page::set_flags(leaf, f);
+        // A page left underfull is marked in the same commit, so that a
+        // rebalance that cannot be made leaves a valid tree behind.
+        let underfull =
+            leaf.page_id() != self.root && page::used_bytes(leaf) < self.threshold_bytes();
+        let flags = if underfull {
+            page::flags(leaf) | FLAG_GROWING
+        } else {
+            page::flags(leaf) & !FLAG_GROWING
+        };
+        page::set_flags(leaf, flags);
         if !self.commit(leaf, op) {
-            // Removing a record made the page compress worse: rebuild it
-            // compactly, which drops the removed bytes.
+            // Removing a record can make the page compress worse, or meet a
+            // full modification log: rebuild it compactly, which drops the
+            // removed bytes.
             let recs: Vec<RecBuf> = page::read_all(leaf)
                 .into_iter()
                 .filter(|r| r.key != key)
                 .collect();
-            let layout = page::layout_of(leaf);
+            let mut layout = page::layout_of(leaf);
+            layout.flags = flags;
             page::compact(leaf, &layout, &strip_offsets(&recs));
-            self.commit_or_err(leaf, op)?;
+            if !self.commit(leaf, op) {
+                // Not even the compact page fits its block: split it, as an
+                // insert would (nothing is committed if that fails too).
+                let job = Overfull {
+                    recs,
+                    new_idx: None,
+                    cause: Some(SplitKind::CompressionFailure),
+                };
+                self.split_up(path, last, job, op)?;
+                self.free_value(op, &old)?;
+                return Ok(true);
+            }
         }
         self.rebalance_up(path, last, op)?;
         self.free_value(op, &old)?;
         Ok(true)
     }
 
+    /// Rebalances `path[i]` (just left underfull by this operation) and, as
+    /// long as each rebalance leaves the parent underfull, the parent. Never
+    /// fails for want of space: a rebalance that does not fit is skipped,
+    /// and the page keeps the `FLAG_GROWING` mark it was committed with.
     fn rebalance_up<'a>(
         &'a self,
         path: &mut Vec<S::Exclusive<'a>>,
@@ -1008,7 +1258,7 @@ impl<S: PageStore> Tree<S> {
                 return self.collapse_root(&mut path[i], op);
             }
             let g = &path[i];
-            if page::used_bytes(g) >= self.threshold_bytes() || page::flags(g) & FLAG_GROWING != 0 {
+            if page::used_bytes(g) >= self.threshold_bytes() {
                 return Ok(());
             }
             if i == 0 {
@@ -1017,20 +1267,23 @@ impl<S: PageStore> Tree<S> {
                 debug_assert!(false, "{} underflowed without its parent", g.page_id());
                 return Ok(());
             }
-            self.rebalance_child(path, i, op)?;
+            if !self.rebalance_child(path, i, op)? {
+                return Ok(());
+            }
             path.truncate(i);
             i -= 1;
         }
     }
 
     /// Fixes an underfull `path[i]` with a sibling under `path[i - 1]`: merge
-    /// if both fit one page, else redistribute.
+    /// if both fit one page, else redistribute. True if the parent changed
+    /// and should be looked at next (it was not already marked growing).
     fn rebalance_child<'a>(
         &'a self,
         path: &mut Vec<S::Exclusive<'a>>,
         i: usize,
         op: &mut OpContext,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let child_id = path[i].page_id();
         let children: Vec<(usize, PageId)> = {
             let parent = &path[i - 1];
@@ -1046,15 +1299,13 @@ impl<S: PageStore> Tree<S> {
                 reason: format!("does not point to its child {child_id}"),
             })?;
         if children.len() == 1 {
-            let g = &mut path[i];
-            let f = page::flags(g) | FLAG_GROWING;
-            page::set_flags(g, f);
-            return self.commit_or_err(g, op);
+            // No sibling: the page stays as committed, marked growing.
+            return Ok(false);
         }
         // Latch siblings left to right: with the right sibling, keep the
         // child; with the left one, release the child first (nobody can reach
         // it meanwhile: its parent is latched exclusively).
-        let (mut left, mut right, right_pos) = if pos + 1 < children.len() {
+        let (left, right, right_pos) = if pos + 1 < children.len() {
             let right = self.store.fix_exclusive(children[pos + 1].1)?;
             let left = path.pop().ok_or_else(|| unreachable_err(child_id))?;
             (left, right, pos + 1)
@@ -1064,7 +1315,8 @@ impl<S: PageStore> Tree<S> {
             let right = self.store.fix_exclusive(child_id)?;
             (left, right, pos)
         };
-        let parent = &mut path[i - 1];
+        let parent = &path[i - 1];
+        let parent_was_growing = page::flags(parent) & FLAG_GROWING != 0;
         let sep_key = page::rec_key(parent, children[right_pos].0).to_vec();
         let mut recs = page::read_all(&left);
         let mut right_recs = strip_offsets(&page::read_all(&right));
@@ -1074,138 +1326,138 @@ impl<S: PageStore> Tree<S> {
             first.key.clone_from(&sep_key);
         }
         recs.append(&mut right_recs);
-        if page::image_bytes(&recs) <= self.limit_bytes() {
-            self.merge(parent, &mut left, right, &recs, &sep_key, op)
+        let pair = Siblings {
+            left: &left,
+            right: &right,
+            recs: &recs,
+            sep_key: &sep_key,
+        };
+        let mut change = Change::new();
+        let merge = page::image_bytes(&recs) <= self.limit_bytes();
+        let staged = if merge {
+            self.stage_merge(parent, &pair, &mut change, op)?
         } else {
-            self.redistribute(parent, &mut left, &mut right, &recs, &sep_key, op)
+            self.stage_redistribute(parent, &pair, &mut change, op)?
+        };
+        if !staged {
+            // Nothing was written; the child keeps its growing mark.
+            return Ok(false);
         }
+        change.held.push(left);
+        change.held.push(right);
+        self.apply(&mut path[..i], change, op)?;
+        let counter = if merge {
+            &self.counters.merges
+        } else {
+            &self.counters.redistributions
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(!parent_was_growing)
     }
 
-    fn merge<'a>(
+    /// Stages the merge of `pair.right` into `pair.left`: the left page's
+    /// new image, the right-right sibling's left link, and the parent
+    /// without the separator; the right page is freed once applied. False if
+    /// some page would not fit.
+    fn stage_merge<'a>(
         &'a self,
-        parent: &mut S::Exclusive<'a>,
-        left: &mut S::Exclusive<'a>,
-        right: S::Exclusive<'a>,
-        recs: &[RecBuf],
-        sep_key: &[u8],
+        parent: &S::Exclusive<'a>,
+        pair: &Siblings<'_, 'a, S>,
+        change: &mut Change<'a, S>,
         op: &mut OpContext,
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        let (left, right) = (pair.left, pair.right);
         let leaf = page::is_leaf(left);
         let mut layout = page::layout_of(left);
-        layout.right = if leaf { page::right(&right) } else { None };
-        layout.flags = if page::image_bytes(recs) < self.threshold_bytes() {
+        layout.right = if leaf { page::right(right) } else { None };
+        layout.flags = if page::image_bytes(pair.recs) < self.threshold_bytes() {
             FLAG_GROWING
         } else {
             0
         };
-        page::rebuild(left, &layout, recs);
-        if !self.commit(left, op) {
-            // The merged page does not compress into its block: keep both
-            // pages, marked sparse.
-            self.mark_growing(left, op)?;
-            let mut right = right;
-            return self.mark_growing(&mut right, op);
+        let mut left_image = Scratch::of_guard(left);
+        page::rebuild(&mut left_image, &layout, pair.recs);
+        if !self.would_fit(left, &left_image, op)? {
+            return Ok(false);
         }
-        if let (true, Some(rr)) = (leaf, page::right(&right)) {
-            let mut g = self.store.fix_exclusive(rr)?;
-            page::set_left(&mut g, Some(left.page_id()));
-            self.commit_or_err(&mut g, op)?;
+        if let (true, Some(rr)) = (leaf, page::right(right)) {
+            let g = self.store.fix_exclusive(rr)?;
+            let mut image = Scratch::of_guard(&g);
+            page::set_left(&mut image, Some(left.page_id()));
+            let fits = self.would_fit(&g, &image, op)?;
+            change.held.push(g);
+            if !fits {
+                return Ok(false);
+            }
+            change.stage(image);
         }
-        self.store.free(right, op)?;
-        let pr = page::probe(parent, sep_key);
+        let mut parent_image = Scratch::of_guard(parent);
+        let pr = page::probe(&parent_image, pair.sep_key);
         debug_assert_ne!(pr.found, 0, "separator of merged child missing");
-        page::remove(parent, pr);
-        self.commit_or_err(parent, op)?;
-        self.counters.merges.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        page::remove(&mut parent_image, pr);
+        self.mark_if_sparse(&mut parent_image);
+        if !self.would_fit(parent, &parent_image, op)? {
+            return Ok(false);
+        }
+        change.stage(left_image);
+        change.stage(parent_image);
+        change.to_free.push(right.page_id());
+        Ok(true)
     }
 
-    fn redistribute<'a>(
+    /// Stages a redistribution of `pair.recs` between the two siblings, by
+    /// bytes, and the parent's new separator. False if the parent has no
+    /// room for the new separator (a delete never splits) or some page would
+    /// not fit.
+    fn stage_redistribute<'a>(
         &'a self,
-        parent: &mut S::Exclusive<'a>,
-        left: &mut S::Exclusive<'a>,
-        right: &mut S::Exclusive<'a>,
-        recs: &[RecBuf],
-        sep_key: &[u8],
+        parent: &S::Exclusive<'a>,
+        pair: &Siblings<'_, 'a, S>,
+        change: &mut Change<'a, S>,
         op: &mut OpContext,
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        let (left, right, recs) = (pair.left, pair.right, pair.recs);
         let cut = fraction_cut(recs, 1, 2);
         let new_sep = RecBuf::child(recs[cut].key.clone(), right.page_id());
-        let pr = page::probe(parent, sep_key);
+        let pr = page::probe(parent, pair.sep_key);
         let old_len = page::rec_len(parent, pr.found);
         let room = page::used_bytes(parent) - old_len + new_sep.len() + page::SLOT_BYTES;
         if room > self.limit_bytes() {
-            // The parent cannot take the new separator without splitting,
-            // which a delete never does: leave the child marked sparse.
-            self.mark_growing(right, op)?;
-            return self.mark_growing(left, op);
+            return Ok(false);
         }
         let (l, r) = recs.split_at(cut);
-        let left_before = page::read_all(left);
-        let left_layout = page::layout_of(left);
-        let right_layout = page::layout_of(right);
-        let mut layouts = [(l, page::layout_of(left)), (r, page::layout_of(right))];
-        for (part, layout) in &mut layouts {
+        let mut images = [Scratch::of_guard(left), Scratch::of_guard(right)];
+        for (image, part) in images.iter_mut().zip([l, r]) {
+            let mut layout = page::layout_of(image);
             layout.flags = if page::image_bytes(part) < self.threshold_bytes() {
                 FLAG_GROWING
             } else {
                 0
             };
+            page::rebuild(image, &layout, part);
         }
-        page::rebuild(left, &layouts[0].1, l);
-        let left_fits = self.commit(left, op);
-        let right_fits = left_fits && {
-            page::rebuild(right, &layouts[1].1, r);
-            self.commit(right, op)
-        };
-        if !right_fits {
-            // A page does not compress into its block: put the left page
-            // back as it was and keep both, marked sparse.
-            if left_fits {
-                page::compact(left, &left_layout, &left_before);
-                self.commit_or_err(left, op)?;
-            }
-            self.mark_growing(left, op)?;
-            return self.mark_growing(right, op);
+        let mut parent_image = Scratch::of_guard(parent);
+        page::remove(&mut parent_image, pr);
+        let pr = page::probe(&parent_image, &new_sep.key);
+        page::insert(&mut parent_image, pr, &new_sep);
+        self.mark_if_sparse(&mut parent_image);
+        let [left_image, right_image] = images;
+        if !self.would_fit(left, &left_image, op)?
+            || !self.would_fit(right, &right_image, op)?
+            || !self.would_fit(parent, &parent_image, op)?
+        {
+            return Ok(false);
         }
-        page::remove(parent, pr);
-        let pr = page::probe(parent, &new_sep.key);
-        page::insert(parent, pr, &new_sep);
-        if !self.commit(parent, op) {
-            // The parent does not compress with the new separator: undo the
-            // redistribution (both pages fitted before) and keep them sparse.
-            let right_before: Vec<RecBuf> = strip_offsets(&recs[left_before.len()..]);
-            let right_before = internal_first_key_elided(right_before, page::is_leaf(right));
-            page::compact(right, &right_layout, &right_before);
-            self.commit_or_err(right, op)?;
-            page::compact(left, &left_layout, &left_before);
-            self.commit_or_err(left, op)?;
-            self.mark_growing(left, op)?;
-            return self.mark_growing(right, op);
-        }
-        self.counters
-            .redistributions
-            .fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn mark_growing<G: PageWrite>(&self, g: &mut G, op: &mut OpContext) -> Result<()> {
-        let f = page::flags(g) | FLAG_GROWING;
-        page::set_flags(g, f);
-        if self.commit(g, op) {
-            return Ok(());
-        }
-        // Even the flag tipped the block over: compact the page (dropping
-        // its garbage) while setting it.
-        let mut layout = page::layout_of(g);
-        layout.flags = f;
-        let recs = strip_offsets(&page::read_all(g));
-        page::compact(g, &layout, &recs);
-        self.commit_or_err(g, op)
+        change.stage(left_image);
+        change.stage(right_image);
+        change.stage(parent_image);
+        Ok(true)
     }
 
     /// While the root is internal with a single child, pulls that child's
     /// contents into the root (the root keeps its id) and frees the child.
+    /// A root whose block cannot take the child's contents keeps its single
+    /// child (a valid tree, one level taller than needed).
     fn collapse_root<G: PageWrite>(&self, root: &mut G, op: &mut OpContext) -> Result<()> {
         while !page::is_leaf(root) && page::record_count(root) == 1 {
             let child_id = page::rec_child(root, page::first_record(root));
@@ -1216,11 +1468,32 @@ impl<S: PageStore> Tree<S> {
             layout.left = None;
             layout.right = None;
             page::compact(root, &layout, &recs);
-            self.commit_or_err(root, op)?;
+            if !self.commit(root, op) {
+                return Ok(());
+            }
             self.store.free(child, op)?;
         }
         Ok(())
     }
+}
+
+/// The new contents of a page that must split: its records plus the new
+/// one (at `new_idx`; none when a delete splits a page that no longer fits
+/// its block), and why, if not for the split policy to say.
+struct Overfull {
+    recs: Vec<RecBuf>,
+    new_idx: Option<usize>,
+    cause: Option<SplitKind>,
+}
+
+/// Two adjacent children of one parent being rebalanced: their records in
+/// order (the right one's first key restored from the separator) and the
+/// separator between them.
+struct Siblings<'g, 'a, S: PageStore + 'a> {
+    left: &'g S::Exclusive<'a>,
+    right: &'g S::Exclusive<'a>,
+    recs: &'g [RecBuf],
+    sep_key: &'g [u8],
 }
 
 /// Where the page's last inserted record is in `recs`, if known.
@@ -1228,14 +1501,6 @@ fn last_insert_index(p: &[u8], recs: &[RecBuf]) -> Option<usize> {
     let last = page::last_insert(p);
     recs.iter()
         .position(|r| last != 0 && r.old_offset == Some(last))
-}
-
-/// The first record of an internal page is stored without a key.
-fn internal_first_key_elided(mut recs: Vec<RecBuf>, leaf: bool) -> Vec<RecBuf> {
-    if let (false, Some(first)) = (leaf, recs.first_mut()) {
-        first.key.clear();
-    }
-    recs
 }
 
 fn unreachable_err(page_id: PageId) -> Error {

@@ -1,184 +1,90 @@
-//! State-machine test against `BTreeMap`: insert, delete, get and range scans
-//! in both directions, for every split policy and for 4 and 16 KiB pages, with
-//! `check_invariants()` after every step.
+//! The model test of `common` (a state machine against `BTreeMap`: insert,
+//! delete, get and range scans in both directions, every split policy,
+//! `check_invariants()` after every step) on `MemStore`: uncompressed 4 and
+//! 16 KiB pages; and real zlib blocks (`CodecBlocks`, 16 KiB pages in 8 KiB
+//! blocks and 4 KiB pages in 2 KiB blocks) with mixed and with mostly
+//! incompressible values, where commits fail to fit, pages split on
+//! compression failure, and a delete can meet a page that no longer
+//! compresses into its block. Every operation must either complete or fail
+//! with `CompressionUnfit` having changed nothing.
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
-use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig};
+mod common;
+
+use barracuda_btree::MemStore;
+use barracuda_btree::store::CodecBlocks;
+use barracuda_codec::{BlockSize, Codec, Geometry};
+use common::{Setup, TreeUnderTest, Values};
 use proptest::prelude::*;
-use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
-use std::collections::BTreeMap;
+use proptest_state_machine::prop_state_machine;
 use std::sync::Arc;
 
-#[derive(Clone, Debug)]
-struct Model {
-    policy: SplitPolicy,
-    page_size_bytes: usize,
-    map: BTreeMap<Vec<u8>, Vec<u8>>,
+/// Uncompressed pages of 4 or 16 KiB.
+struct Plain;
+
+impl Setup for Plain {
+    type Store = MemStore;
+    type Variant = usize;
+    const VALUES: Values = Values::Compressible;
+
+    fn variants() -> BoxedStrategy<usize> {
+        prop_oneof![Just(4096usize), Just(16384usize)].boxed()
+    }
+
+    fn store(page_size_bytes: &usize) -> (Arc<MemStore>, bool) {
+        (Arc::new(MemStore::new(*page_size_bytes).unwrap()), false)
+    }
 }
 
-#[derive(Clone, Debug)]
-enum Step {
-    Insert(Vec<u8>, Vec<u8>),
-    Delete(Vec<u8>),
-    Get(Vec<u8>),
-    ScanForward(Vec<u8>, Vec<u8>),
-    ScanBackward(Vec<u8>, Vec<u8>),
-}
-
-/// Keys from a few shapes: short random, sequential within a group
-/// (composite), and long.
-fn key() -> impl Strategy<Value = Vec<u8>> {
+/// Zlib blocks: (page size, block size).
+fn zlib_variants() -> BoxedStrategy<(usize, BlockSize)> {
     prop_oneof![
-        4 => (0u8..4, 0u16..400).prop_map(|(g, n)| {
-            let mut k = vec![g];
-            k.extend_from_slice(&n.to_be_bytes());
-            k
-        }),
-        2 => proptest::collection::vec(any::<u8>(), 0..12),
-        1 => (any::<u8>(), 100usize..=512).prop_map(|(b, n)| vec![b; n]),
+        Just((16 << 10, BlockSize::Kib8)),
+        Just((4 << 10, BlockSize::Kib2))
     ]
+    .boxed()
 }
 
-/// Values: mostly small, some near the inline limit, a few overflowing.
-fn value() -> impl Strategy<Value = Vec<u8>> {
-    prop_oneof![
-        6 => (any::<u8>(), 0usize..300).prop_map(|(b, n)| vec![b; n]),
-        2 => (any::<u8>(), 300usize..2048).prop_map(|(b, n)| vec![b; n]),
-        1 => (any::<u8>(), 2049usize..40_000).prop_map(|(b, n)| vec![b; n]),
-    ]
+fn zlib_store(
+    &(page_size_bytes, block): &(usize, BlockSize),
+) -> (Arc<MemStore<CodecBlocks>>, bool) {
+    let geometry = Geometry::new(page_size_bytes, block).unwrap();
+    let fit = CodecBlocks::new(Codec::zlib_default(), geometry).unwrap();
+    let store = MemStore::with_fit(page_size_bytes, fit).unwrap();
+    (Arc::new(store), true)
 }
 
-struct ModelMachine;
+/// Zlib blocks, compressible values with some random ones.
+struct ZlibMixed;
 
-impl ReferenceStateMachine for ModelMachine {
-    type State = Model;
-    type Transition = Step;
+impl Setup for ZlibMixed {
+    type Store = MemStore<CodecBlocks>;
+    type Variant = (usize, BlockSize);
+    const VALUES: Values = Values::Mixed;
 
-    fn init_state() -> BoxedStrategy<Model> {
-        (
-            prop_oneof![
-                Just(SplitPolicy::Half),
-                Just(SplitPolicy::InnoDb),
-                Just(SplitPolicy::Adaptive),
-                Just(SplitPolicy::InnoDbLastInsert)
-            ],
-            prop_oneof![Just(4096usize), Just(16384usize)],
-        )
-            .prop_map(|(policy, page_size_bytes)| Model {
-                policy,
-                page_size_bytes,
-                map: BTreeMap::new(),
-            })
-            .boxed()
+    fn variants() -> BoxedStrategy<(usize, BlockSize)> {
+        zlib_variants()
     }
 
-    fn transitions(state: &Model) -> BoxedStrategy<Step> {
-        let existing: Vec<Vec<u8>> = state.map.keys().cloned().collect();
-        let known = if existing.is_empty() {
-            key().boxed()
-        } else {
-            prop_oneof![key(), proptest::sample::select(existing)].boxed()
-        };
-        prop_oneof![
-            8 => (key(), value()).prop_map(|(k, v)| Step::Insert(k, v)),
-            3 => known.clone().prop_map(Step::Delete),
-            1 => known.prop_map(Step::Get),
-            1 => (key(), key()).prop_map(|(a, b)| Step::ScanForward(a, b)),
-            1 => (key(), key()).prop_map(|(a, b)| Step::ScanBackward(a, b)),
-        ]
-        .boxed()
-    }
-
-    fn apply(mut state: Model, step: &Step) -> Model {
-        match step {
-            Step::Insert(k, v) => {
-                state.map.insert(k.clone(), v.clone());
-            }
-            Step::Delete(k) => {
-                state.map.remove(k);
-            }
-            Step::Get(_) | Step::ScanForward(..) | Step::ScanBackward(..) => {}
-        }
-        state
+    fn store(variant: &(usize, BlockSize)) -> (Arc<Self::Store>, bool) {
+        zlib_store(variant)
     }
 }
 
-struct TreeUnderTest {
-    tree: Tree<MemStore>,
-}
+/// Zlib blocks, mostly random values.
+struct ZlibIncompressible;
 
-fn scan(tree: &Tree<MemStore>, lo: &[u8], hi: &[u8], forward: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut c = tree.cursor();
-    let mut out = Vec::new();
-    if forward {
-        let mut ok = c.seek(lo).unwrap();
-        while ok && c.key().unwrap() < hi {
-            out.push(c.entry().unwrap().clone());
-            ok = c.next().unwrap();
-        }
-    } else {
-        // Last key < hi: seek_for_prev(hi) then skip hi itself.
-        let mut ok = c.seek_for_prev(hi).unwrap();
-        if ok && c.key().unwrap() == hi {
-            ok = c.prev().unwrap();
-        }
-        while ok && c.key().unwrap() >= lo {
-            out.push(c.entry().unwrap().clone());
-            ok = c.prev().unwrap();
-        }
-    }
-    out
-}
+impl Setup for ZlibIncompressible {
+    type Store = MemStore<CodecBlocks>;
+    type Variant = (usize, BlockSize);
+    const VALUES: Values = Values::Incompressible;
 
-impl StateMachineTest for TreeUnderTest {
-    type SystemUnderTest = Self;
-    type Reference = ModelMachine;
-
-    fn init_test(model: &Model) -> Self {
-        let store = Arc::new(MemStore::new(model.page_size_bytes).unwrap());
-        let config = TreeConfig {
-            policy: model.policy,
-            ..TreeConfig::default()
-        };
-        Self {
-            tree: Tree::create(store, config).unwrap(),
-        }
+    fn variants() -> BoxedStrategy<(usize, BlockSize)> {
+        zlib_variants()
     }
 
-    fn apply(sut: Self, model: &Model, step: Step) -> Self {
-        match &step {
-            Step::Insert(k, v) => {
-                sut.tree.insert(k, v).unwrap();
-            }
-            Step::Delete(k) => {
-                sut.tree.delete(k).unwrap();
-            }
-            Step::Get(k) => assert_eq!(sut.tree.get(k).unwrap(), model.map.get(k).cloned()),
-            Step::ScanForward(lo, hi) | Step::ScanBackward(lo, hi) => {
-                let forward = matches!(step, Step::ScanForward(..));
-                let got = scan(&sut.tree, lo, hi, forward);
-                let mut want: Vec<(Vec<u8>, Vec<u8>)> = if lo < hi {
-                    model
-                        .map
-                        .range(lo.clone()..hi.clone())
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                if !forward {
-                    want.reverse();
-                }
-                assert!(got == want, "scan {lo:?}..{hi:?} forward={forward}");
-            }
-        }
-        sut
-    }
-
-    fn check_invariants(sut: &Self, model: &Model) {
-        sut.tree.check_invariants().unwrap();
-        let stats = sut.tree.stats().unwrap();
-        assert_eq!(stats.record_count, model.map.len() as u64);
+    fn store(variant: &(usize, BlockSize)) -> (Arc<Self::Store>, bool) {
+        zlib_store(variant)
     }
 }
 
@@ -189,5 +95,11 @@ prop_state_machine! {
         .. ProptestConfig::default()
     })]
     #[test]
-    fn tree_matches_btreemap(sequential 1..300 => TreeUnderTest);
+    fn tree_matches_btreemap(sequential 1..300 => TreeUnderTest<Plain>);
+
+    #[test]
+    fn codec_blocks_with_mixed_values(sequential 1..300 => TreeUnderTest<ZlibMixed>);
+
+    #[test]
+    fn codec_blocks_with_incompressible_values(sequential 1..300 => TreeUnderTest<ZlibIncompressible>);
 }

@@ -1,0 +1,131 @@
+//! Deterministic runs on real zlib blocks (`CodecBlocks`) with random
+//! (incompressible) and mixed values and many deletes: commits fail to fit,
+//! pages split on compression failure, deletes meet pages that no longer
+//! compress into their blocks and rebalances that would not fit. Every
+//! operation must complete, or fail with `CompressionUnfit` having changed
+//! nothing; the contents must match a `BTreeMap` and `check_invariants()`
+//! must pass after every step.
+#![allow(clippy::unwrap_used, reason = "tests may unwrap")]
+
+mod common;
+
+use barracuda_btree::store::CodecBlocks;
+use barracuda_btree::{Error, MemStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_codec::{BlockSize, Codec, Geometry};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Steps per run: enough for a tree of a few levels on 2 KiB blocks.
+const STEPS: usize = 3_000;
+
+/// Outcome counts of one run.
+#[derive(Debug, Default)]
+struct Counts {
+    failed_ops: usize,
+    deletes: usize,
+}
+
+fn random_value(rng: &mut SmallRng, random_percent: u32, page_size_bytes: usize) -> Vec<u8> {
+    let len = match rng.random_range(0..20) {
+        0 => rng.random_range(page_size_bytes / 8..3 * page_size_bytes),
+        1..5 => rng.random_range(200..page_size_bytes / 8),
+        _ => rng.random_range(0..200),
+    };
+    if rng.random_range(0..100) < random_percent {
+        (0..len).map(|_| rng.random()).collect()
+    } else {
+        vec![rng.random(); len]
+    }
+}
+
+fn run(page_size_bytes: usize, block: BlockSize, random_percent: u32, seed: u64) -> Counts {
+    let geometry = Geometry::new(page_size_bytes, block).unwrap();
+    let fit = CodecBlocks::new(Codec::zlib_default(), geometry).unwrap();
+    let store = Arc::new(MemStore::with_fit(page_size_bytes, fit).unwrap());
+    let policy = [
+        SplitPolicy::Adaptive,
+        SplitPolicy::Half,
+        SplitPolicy::InnoDb,
+    ][seed as usize % 3];
+    let config = TreeConfig {
+        policy,
+        compressed: true,
+        ..TreeConfig::default()
+    };
+    let tree = Tree::create(Arc::clone(&store), config).unwrap();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut model = BTreeMap::new();
+    let mut counts = Counts::default();
+    for step in 0..STEPS {
+        // A small key space, so deletes hit and pages empty out again.
+        let k = rng.random_range(0..400u32).to_be_bytes().to_vec();
+        let delete = rng.random_range(0..100) < 40;
+        let result = if delete {
+            counts.deletes += 1;
+            tree.delete(&k).map(|existed| {
+                assert_eq!(existed, model.remove(&k).is_some(), "step {step}");
+            })
+        } else {
+            let v = random_value(&mut rng, random_percent, page_size_bytes);
+            tree.insert(&k, &v).map(|existed| {
+                assert_eq!(existed, model.insert(k.clone(), v).is_some(), "step {step}");
+            })
+        };
+        if let Err(e) = result {
+            assert!(
+                matches!(e, Error::CompressionUnfit { .. }),
+                "step {step}: {e}"
+            );
+            counts.failed_ops += 1;
+            assert!(
+                common::contents(&tree) == model,
+                "step {step}: failed op changed the tree"
+            );
+        }
+        if let Err(e) = tree.check_invariants() {
+            panic!("step {step}: {e}");
+        }
+        assert_eq!(tree.get(&k).unwrap(), model.get(&k).cloned(), "step {step}");
+    }
+    assert!(common::contents(&tree) == model);
+    let splits = tree.split_counts();
+    assert!(
+        store.stats().fit_failure_count > 0,
+        "no commit failed to fit"
+    );
+    assert!(splits.compression_failures > 0, "{splits:?}");
+    eprintln!(
+        "{page_size_bytes} / {block:?}, {random_percent}% random, seed {seed}: {counts:?}, {splits:?}"
+    );
+    counts
+}
+
+#[test]
+fn zlib_4k_in_2k_incompressible() {
+    for seed in 0..3 {
+        run(4 << 10, BlockSize::Kib2, 90, seed);
+    }
+}
+
+#[test]
+fn zlib_4k_in_2k_mixed() {
+    for seed in 0..3 {
+        run(4 << 10, BlockSize::Kib2, 30, seed);
+    }
+}
+
+#[test]
+fn zlib_16k_in_8k_incompressible() {
+    for seed in 0..2 {
+        run(16 << 10, BlockSize::Kib8, 90, seed);
+    }
+}
+
+#[test]
+fn zlib_16k_in_4k_mixed() {
+    for seed in 0..2 {
+        run(16 << 10, BlockSize::Kib4, 30, seed);
+    }
+}
