@@ -6,7 +6,13 @@
 //! - `miss`: the page was evicted, the fix reads its block from the file,
 //!   verifies and decompresses it: from the io crate's memory file (the
 //!   pool's own cost) and from a data file opened with the io crate's
-//!   defaults (io_uring, O_DIRECT) under `target/`.
+//!   defaults (io_uring, O_DIRECT) under `target/`;
+//! - `flush`: `flush_some` of 256 dirty pages, in batches of the file's
+//!   queue depth through the write threads (depth 32, the default) and one
+//!   page per batch (depth 1: the page-at-a-time path as before batching),
+//!   on the memory file and on the O_DIRECT data file;
+//! - `prefetch`: read 64 evicted pages ahead then fix them all, against
+//!   64 plain misses, on the O_DIRECT data file.
 //!
 //! Run: `cargo bench --bench pool`.
 
@@ -18,7 +24,7 @@ use barracuda_codec::{
 };
 use barracuda_io::{BlockFile, IoOptions};
 use barracuda_pool::{BufferPool, CodecService, FileService, PageFormat, PoolConfig, Services};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 const PAGE_SIZE_BYTES: usize = 16 << 10;
 const BLOCK_SIZE_BYTES: usize = 8 << 10;
@@ -34,9 +40,14 @@ fn geometry() -> Geometry {
 /// A pool with room for every page with its frame, filled with text pages,
 /// flushed so that pages can be evicted.
 fn pool(file: Arc<dyn BlockFile>) -> BufferPool {
+    pool_of(file, PAGE_COUNT, barracuda_pool::FILE_QUEUE_DEPTH_DEFAULT)
+}
+
+/// As [`pool`], with `page_count` pages and batches of `queue_depth`.
+fn pool_of(file: Arc<dyn BlockFile>, page_count: u64, queue_depth: usize) -> BufferPool {
     let services = Services {
         codec: Arc::new(CodecService::new(Codec::zlib_default(), geometry()).expect("zlib-6")),
-        file: Arc::new(FileService::new(file)),
+        file: Arc::new(FileService::new(file).with_queue_depth(queue_depth)),
         durable_lsn: Arc::new(|| Lsn(u64::MAX)),
         clock: None,
     };
@@ -45,11 +56,11 @@ fn pool(file: Arc<dyn BlockFile>) -> BufferPool {
         .format(PageFormat::Compressed {
             block_size_bytes: BLOCK_SIZE_BYTES,
         })
-        .buffer_pool_bytes(4 * PAGE_COUNT as usize * PAGE_SIZE_BYTES);
+        .buffer_pool_bytes(4 * page_count as usize * PAGE_SIZE_BYTES);
     let pool = BufferPool::open(config, services).expect("valid config");
     let mut rng = sample::rng(42);
     let mut text = vec![0; PAGE_SIZE_BYTES - PAGE_HEADER_RESERVED_BYTES];
-    for page in 0..PAGE_COUNT {
+    for page in 0..page_count {
         sample::fill_compressible(&mut rng, RATIO, &mut text);
         let mut guard = pool.create(PageId(page)).expect("room for every page");
         guard
@@ -138,5 +149,93 @@ fn miss(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, hit_and_unzip, miss);
+/// Dirty pages per `flush` iteration.
+const FLUSH_PAGE_COUNT: u64 = 256;
+
+fn flush(c: &mut Criterion) {
+    let mut group = c.benchmark_group("pool_flush");
+    group.throughput(Throughput::Elements(FLUSH_PAGE_COUNT));
+    group.sample_size(20);
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-flush.data");
+    for (name, odirect) in [("memory", false), ("file-odirect", true)] {
+        let file: Arc<dyn BlockFile> = if odirect {
+            barracuda_io::open(&path, &IoOptions::default()).expect("data file under target/")
+        } else {
+            Arc::new(barracuda_io::MemoryFile::new("bench"))
+        };
+        for depth in [1, barracuda_pool::FILE_QUEUE_DEPTH_DEFAULT] {
+            let pool = pool_of(Arc::clone(&file), FLUSH_PAGE_COUNT, depth);
+            let mut lsn = FLUSH_PAGE_COUNT;
+            let id = BenchmarkId::new(format!("{name}-depth{depth}"), FLUSH_PAGE_COUNT);
+            group.bench_function(id, |b| {
+                b.iter_batched(
+                    || {
+                        for page in 0..FLUSH_PAGE_COUNT {
+                            lsn += 1;
+                            let mut guard = pool.fix_exclusive(PageId(page)).expect("cached");
+                            guard
+                                .write(PAGE_HEADER_RESERVED_BYTES, &lsn.to_le_bytes())
+                                .expect("in bounds");
+                            guard.commit(Lsn(lsn)).expect("a patch fits");
+                        }
+                    },
+                    |()| {
+                        let written = pool.flush_some(usize::MAX).expect("writable");
+                        assert_eq!(written as u64, FLUSH_PAGE_COUNT);
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+            println!("{name} depth {depth}: {}", pool.status().render());
+        }
+    }
+    group.finish();
+}
+
+/// Pages per `prefetch` iteration.
+const PREFETCH_PAGE_COUNT: u64 = 64;
+
+fn prefetch(c: &mut Criterion) {
+    let mut group = c.benchmark_group("pool_prefetch");
+    group.throughput(Throughput::Elements(PREFETCH_PAGE_COUNT));
+    group.sample_size(20);
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-prefetch.data");
+    let file = barracuda_io::open(&path, &IoOptions::default()).expect("data file under target/");
+    let pool = pool_of(
+        file,
+        PREFETCH_PAGE_COUNT,
+        barracuda_pool::FILE_QUEUE_DEPTH_DEFAULT,
+    );
+    let ids: Vec<PageId> = (0..PREFETCH_PAGE_COUNT).map(PageId).collect();
+    let evict_all = || {
+        for &id in &ids {
+            assert!(pool.evict(id), "{id} not evictable");
+        }
+    };
+    for read_ahead in [false, true] {
+        let name = if read_ahead {
+            "prefetch_then_fix"
+        } else {
+            "fix_misses"
+        };
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                evict_all,
+                |()| {
+                    if read_ahead {
+                        pool.prefetch(&ids);
+                    }
+                    for &id in &ids {
+                        black_box(pool.fix_shared(id).expect("readable")[100]);
+                    }
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    println!("prefetch: {}", pool.status().render());
+    group.finish();
+}
+
+criterion_group!(benches, hit_and_unzip, miss, flush, prefetch);
 criterion_main!(benches);

@@ -42,6 +42,8 @@ enum Op {
         others: Vec<u8>,
     },
     Status,
+    /// Read-ahead of any ids (existing or not): failures are dropped.
+    Prefetch(Vec<u8>),
 }
 
 #[derive(Arbitrary, Debug)]
@@ -52,6 +54,8 @@ struct Input {
     innodb: bool,
     /// Every n-th file operation fails (0: none).
     fail_every: u8,
+    /// Writes per flush batch, 1..=4.
+    queue_depth: u8,
     ops: Vec<Op>,
 }
 
@@ -60,6 +64,7 @@ struct FaultyFile {
     inner: MemoryFile,
     count: AtomicU64,
     fail_every: u64,
+    queue_depth: usize,
 }
 
 impl FaultyFile {
@@ -90,6 +95,10 @@ impl PageFile for FaultyFile {
     fn sync_data(&self) -> barracuda_pool::Result<()> {
         self.inner.sync_data()
     }
+
+    fn queue_depth(&self) -> usize {
+        self.queue_depth
+    }
 }
 
 struct Harness {
@@ -99,6 +108,8 @@ struct Harness {
     frozen: bool,
     lsn: u64,
     model: BTreeMap<u64, Vec<u8>>,
+    /// Reads submitted by `prefetch` so far.
+    read_ahead_submitted: u64,
 }
 
 impl Harness {
@@ -242,6 +253,22 @@ impl Harness {
                 );
                 self.check(pinned, guard.page());
             }
+            Op::Prefetch(pages) => {
+                let ids: Vec<PageId> = pages
+                    .iter()
+                    .take(16)
+                    .map(|p| PageId(u64::from(*p % PAGE_ID_COUNT)))
+                    .collect();
+                self.read_ahead_submitted += self.pool.prefetch(&ids) as u64;
+                // The memory file completes inline: nothing stays in flight.
+                assert_eq!(self.pool.read_ahead_in_flight(), 0);
+                let status = self.pool.status();
+                assert_eq!(
+                    status.read_ahead + status.read_ahead_failed,
+                    self.read_ahead_submitted
+                );
+                assert!(status.read_ahead_evicted_unused <= status.read_ahead);
+            }
             Op::Status => {
                 let status = self.pool.status();
                 assert!(status.bytes_used <= status.budget_bytes);
@@ -278,6 +305,7 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
         inner: MemoryFile::default(),
         count: AtomicU64::new(0),
         fail_every: u64::from(input.fail_every % 16),
+        queue_depth: 1 + usize::from(input.queue_depth % 4),
     };
     let services = Services {
         codec: Arc::new(if input.uncompressed {
@@ -297,6 +325,7 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
         frozen: false,
         lsn: 0,
         model: BTreeMap::new(),
+        read_ahead_submitted: 0,
     };
     for op in input.ops.into_iter().take(OPS_MAX) {
         harness.apply(op);

@@ -527,6 +527,23 @@ impl PageStore for PoolStore {
         Ok(())
     }
 
+    /// Whether `image` compressed afresh fits the block: conservative,
+    /// because a commit that finds the modification log full recompresses
+    /// the whole page, and a page that fits afresh fits.
+    fn would_fit(
+        &self,
+        guard: &PoolExclusive<'_>,
+        image: &[u8],
+        _: &mut OpContext,
+    ) -> Result<bool> {
+        let mut page = image.to_vec();
+        // The codec's reserved bytes stay the page's own.
+        page[..PAGE_HEADER_RESERVED_BYTES].copy_from_slice(&guard[..PAGE_HEADER_RESERVED_BYTES]);
+        self.pool
+            .would_fit(guard.page_id(), &page)
+            .map_err(pool_error)
+    }
+
     fn free_page_ids(&self) -> Vec<PageId> {
         match self.walk_free_list() {
             Ok(ids) => ids,

@@ -9,7 +9,7 @@ use barracuda_codec::{
     BlockCodec, Codec, CompressionStats, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId,
     PatchOutcome,
 };
-use barracuda_io::{AlignedBuf, BlockFile};
+use barracuda_io::{AlignedBuf, BlockFile, CompletionSender, IoRequest};
 use parking_lot::Mutex;
 
 use crate::backend::{AppendOutcome, CompressOutcome, PageCodec, PageFile};
@@ -140,12 +140,27 @@ thread_local! {
 /// aligned bounce buffer.
 pub struct FileService {
     file: Arc<dyn BlockFile>,
+    queue_depth: usize,
 }
 
+/// Batch size of a [`FileService`] unless told otherwise: `barracuda-io`'s
+/// default `queue_depth`, so one batch fills each ring once.
+pub const FILE_QUEUE_DEPTH_DEFAULT: usize = 32;
+
 impl FileService {
-    /// Wraps an open file.
+    /// Wraps an open file, batching [`FILE_QUEUE_DEPTH_DEFAULT`] requests.
     pub fn new(file: Arc<dyn BlockFile>) -> Self {
-        Self { file }
+        Self {
+            file,
+            queue_depth: FILE_QUEUE_DEPTH_DEFAULT,
+        }
+    }
+
+    /// Batches up to `depth` requests (at least 1): pass the file's
+    /// `IoOptions::queue_depth`, which `BlockFile` does not expose.
+    pub fn with_queue_depth(mut self, depth: usize) -> Self {
+        self.queue_depth = depth.max(1);
+        self
     }
 
     /// The wrapped file.
@@ -216,5 +231,37 @@ impl PageFile for FileService {
             offset_bytes: 0,
             source,
         })
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.queue_depth
+    }
+
+    fn alloc_buf(&self, len_bytes: usize) -> AlignedBuf {
+        self.file.alloc_buf(len_bytes)
+    }
+
+    fn submit_reads(&self, requests: Vec<IoRequest>, completions: &CompletionSender) {
+        self.file.submit(requests, completions);
+    }
+
+    fn write_batch(&self, requests: Vec<IoRequest>) -> Vec<(u64, Result<()>)> {
+        let count = requests.len();
+        let done: Vec<(u64, Result<()>)> = self
+            .file
+            .submit_and_wait(requests)
+            .into_iter()
+            .map(|completion| {
+                let offset_bytes = completion.offset_bytes;
+                let result = completion.result.map_err(|source| PoolError::File {
+                    operation: "write",
+                    offset_bytes,
+                    source,
+                });
+                (completion.tag, result)
+            })
+            .collect();
+        debug_assert_eq!(done.len(), count);
+        done
     }
 }

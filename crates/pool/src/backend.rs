@@ -6,8 +6,9 @@
 //! and `barracuda-io` stay in one place.
 
 use barracuda_codec::{Lsn, PageId};
+use barracuda_io::{AlignedBuf, CompletionSender, IoError, IoRequest, OpKind};
 
-use crate::error::Result;
+use crate::error::{PoolError, Result};
 use crate::status::CodecCounters;
 
 /// Did a page fit its block?
@@ -66,6 +67,62 @@ pub trait PageFile: Send + Sync {
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()>;
     /// Makes every write that returned durable.
     fn sync_data(&self) -> Result<()>;
+
+    /// How many requests of one batch the file layer runs at once: the pool
+    /// writes at most this many pages per batch.
+    fn queue_depth(&self) -> usize {
+        1
+    }
+
+    /// An aligned buffer of `len_bytes` for a batched request (from the file
+    /// layer's registered buffers when it has them). Contents unspecified.
+    fn alloc_buf(&self, len_bytes: usize) -> AlignedBuf {
+        AlignedBuf::zeroed(len_bytes, UNIT_ALIGNMENT_BYTES_DEFAULT)
+    }
+
+    /// Starts the reads of `requests` (all [`barracuda_io::IoOp::Read`])
+    /// without waiting for them; each yields exactly one completion on
+    /// `completions`, in any order, with its buffer. The default reads them
+    /// one by one on the calling thread before returning.
+    fn submit_reads(&self, requests: Vec<IoRequest>, completions: &CompletionSender) {
+        for mut request in requests {
+            let result = self
+                .read_at(request.offset_bytes, &mut request.buf)
+                .map_err(|e| as_io_error(OpKind::Read, request.offset_bytes, request.buf.len(), e));
+            completions.send(request.complete(result));
+        }
+    }
+
+    /// Writes every buffer of `requests` (all writes, to distinct units) and
+    /// waits for them; returns `(tag, result)` per request, in any order.
+    /// The default writes them one by one on the calling thread.
+    fn write_batch(&self, requests: Vec<IoRequest>) -> Vec<(u64, Result<()>)> {
+        requests
+            .into_iter()
+            .map(|request| {
+                (
+                    request.tag,
+                    self.write_at(request.offset_bytes, &request.buf),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Alignment of the default [`PageFile::alloc_buf`]: a page of memory, which
+/// satisfies every `O_DIRECT` rule the file layer knows.
+pub const UNIT_ALIGNMENT_BYTES_DEFAULT: usize = 4096;
+
+/// A pool error as a file-layer error, for completions of batches that a
+/// [`PageFile`] without a batch path runs inline.
+fn as_io_error(op: OpKind, offset_bytes: u64, len_bytes: usize, error: PoolError) -> IoError {
+    IoError::Os {
+        op,
+        path: "page file".into(),
+        offset_bytes,
+        len_bytes,
+        source: std::io::Error::other(error.to_string()),
+    }
 }
 
 /// Tells the pool how far the write-ahead log is durable, so that a page is

@@ -2,7 +2,7 @@
 //! that hits read without the pool mutex (pin count, latch, state, where the
 //! frame and block are).
 
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use barracuda_codec::{Lsn, PageId};
 use parking_lot::lock_api::{RawRwLock as _, RawRwLockDowngrade as _};
@@ -27,6 +27,14 @@ pub(crate) enum State {
     Frame = 4,
     /// The read failed; waiters see this and give up. Reclaimed when unpinned.
     Failed = 5,
+    /// A read-ahead read in flight: the latch is held exclusively on behalf
+    /// of the read-ahead (no thread owns it); whoever installs the read's
+    /// completion releases it. A fix waits by driving completions.
+    ReadAhead = 6,
+    /// A read-ahead read failed: waiters retry the lookup and read the page
+    /// themselves, so the error reaches them as from any miss. Reclaimed
+    /// when unpinned.
+    Abandoned = 7,
 }
 
 impl State {
@@ -37,6 +45,8 @@ impl State {
             2 => State::Compressed,
             3 => State::Both,
             4 => State::Frame,
+            6 => State::ReadAhead,
+            7 => State::Abandoned,
             _ => State::Failed,
         }
     }
@@ -53,6 +63,9 @@ pub(crate) struct Desc {
     pub(crate) first_access_ms: AtomicU64,
     /// The pool's eviction clock when the page was last made young.
     pub(crate) young_clock: AtomicU64,
+    /// Cached by read-ahead and not fixed since (for
+    /// `read_ahead_evicted_unused`).
+    pub(crate) prefetched: AtomicBool,
 }
 
 impl Desc {
@@ -66,6 +79,7 @@ impl Desc {
             block_slot: AtomicU32::new(NIL),
             first_access_ms: AtomicU64::new(0),
             young_clock: AtomicU64::new(0),
+            prefetched: AtomicBool::new(false),
         }
     }
 
@@ -166,4 +180,7 @@ pub(crate) struct Dirty {
     pub(crate) oldest: Lsn,
     /// LSN of the last change.
     pub(crate) newest: Lsn,
+    /// Commits since the page was cached: a write copied at one version
+    /// cleans the page only if no commit came after the copy.
+    pub(crate) version: u64,
 }

@@ -1,22 +1,17 @@
 //! Dirty pages: the flush list ordered by oldest modification, page writes
 //! under the write-ahead rule, and a background flusher.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use barracuda_codec::Lsn;
+use barracuda_io::IoRequest;
 
 use crate::arena::NIL;
 use crate::error::Result;
 use crate::pool::BufferPool;
-
-thread_local! {
-    /// The image being written, sealed; reused across writes of one thread.
-    static WRITE_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
 
 impl BufferPool {
     /// Marks a page dirty at `lsn`, keeping the flush list ordered by oldest
@@ -24,6 +19,7 @@ impl BufferPool {
     pub(crate) fn mark_dirty(&self, d: u32, lsn: Lsn) {
         let mut inner = self.inner.lock();
         let dirty = &mut inner.dirty[d as usize];
+        dirty.version += 1;
         dirty.newest = dirty.newest.max(lsn);
         if dirty.dirty {
             return;
@@ -87,32 +83,46 @@ impl BufferPool {
         if !desc.try_lock_shared() {
             return Ok(());
         }
-        let written = self.write_latched(d);
+        let copied = self.copy_for_write(d, 0);
         // SAFETY: locked shared just above.
         unsafe { desc.unlock(false) };
-        written.map(|_| ())
+        let Some((request, version)) = copied? else {
+            return Ok(());
+        };
+        let results = self.services.file.write_batch(vec![request]);
+        self.counters.write_batches.fetch_add(1, Ordering::Relaxed);
+        let mut outcome = Ok(());
+        for (_, result) in results {
+            outcome = outcome.and(self.finish_write(d, version, result).map(|_| ()));
+        }
+        outcome
     }
 
-    /// Writes a pinned, latched page if it is dirty and its last change is
-    /// durable in the log. Returns whether it wrote.
-    fn write_latched(&self, d: u32) -> Result<bool> {
+    /// Copies a pinned page, latched shared by the caller, into an aligned
+    /// buffer of the file layer (the only copy a write makes), sealed with
+    /// its newest LSN, and marks it `writing`. `None` if it is clean, being
+    /// written by another flusher, or its changes are not durable in the
+    /// log yet. Returns the write request (tagged `tag`) and the page's
+    /// version at the copy.
+    fn copy_for_write(&self, d: u32, tag: u64) -> Result<Option<(IoRequest, u64)>> {
         let desc = &self.descs[d as usize];
         let page_id = desc.page_id();
-        let newest = {
+        let (newest, version) = {
             let mut inner = self.inner.lock();
             let dirty = &mut inner.dirty[d as usize];
             if !dirty.dirty || dirty.writing {
-                return Ok(false);
+                return Ok(None);
             }
             if !self.writable(dirty.newest) {
                 self.counters
                     .write_ahead_waits
                     .fetch_add(1, Ordering::Relaxed);
-                return Ok(false);
+                return Ok(None);
             }
             dirty.writing = true;
-            dirty.newest
+            (dirty.newest, dirty.version)
         };
+        let mut buf = self.services.file.alloc_buf(self.unit_size_bytes);
         // SAFETY: the page is pinned and latched (shared), so its block and
         // frame are not written while we copy them.
         let image = unsafe {
@@ -122,22 +132,27 @@ impl BufferPool {
                 self.frame(desc.frame_chunk())
             }
         };
-        let written = WRITE_BUFFER.with(|buffer| {
-            let mut buffer = buffer.borrow_mut();
-            buffer.clear();
-            buffer.extend_from_slice(image);
-            self.services.codec.seal(page_id, &mut buffer, newest)?;
-            self.services
-                .file
-                .write_at(page_id.0 * self.unit_size_bytes as u64, &buffer)
-        });
+        buf.copy_from_slice(image);
+        if let Err(e) = self.services.codec.seal(page_id, &mut buf, newest) {
+            self.inner.lock().dirty[d as usize].writing = false;
+            return Err(e);
+        }
+        let offset_bytes = page_id.0 * self.unit_size_bytes as u64;
+        Ok(Some((IoRequest::write(offset_bytes, buf, tag), version)))
+    }
+
+    /// Ends the write of a page copied at `version`: clears `writing`, and
+    /// cleans the page unless a commit came after the copy (then it stays
+    /// dirty with its older `oldest`, which only holds the checkpoint back).
+    /// Returns whether the page was written.
+    fn finish_write(&self, d: u32, version: u64, result: Result<()>) -> Result<bool> {
         let mut inner = self.inner.lock();
         inner.dirty[d as usize].writing = false;
-        written?;
-        // Shared latches held by every writer of this page kept it unchanged
-        // since we read `newest`.
-        inner.dirty[d as usize].dirty = false;
-        inner.flush.remove(d);
+        result?;
+        if inner.dirty[d as usize].version == version {
+            inner.dirty[d as usize].dirty = false;
+            inner.flush.remove(d);
+        }
         inner.stats.advance(self.now_ms());
         inner.stats.add_io(1);
         self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
@@ -145,38 +160,83 @@ impl BufferPool {
     }
 
     /// Writes up to `page_count_max` dirty pages, oldest modification first,
-    /// skipping pages whose changes are not yet durable in the log. Returns
-    /// the number written.
+    /// skipping pages whose changes are not yet durable in the log. Pages
+    /// go out in batches of up to the file's queue depth, each page copied
+    /// once into an aligned buffer under its shared latch, which is released
+    /// before the I/O. Returns the number written.
     pub fn flush_some(&self, page_count_max: usize) -> Result<usize> {
+        let depth = self.services.file.queue_depth().max(1);
         let mut written = 0;
         let mut skipped = 0;
         while written < page_count_max {
-            let Some(d) = self.pin_flush_candidate(skipped) else {
-                break;
-            };
-            let desc = &self.descs[d as usize];
-            desc.lock(false);
-            let result = self.write_latched(d);
-            // SAFETY: locked shared just above.
-            unsafe { desc.unlock(false) };
-            desc.unpin();
-            if result? {
-                written += 1;
-            } else {
-                skipped += 1;
+            let batch_max = depth.min(page_count_max - written);
+            let (requests, versions, copy_error) = self.copy_batch(batch_max, &mut skipped);
+            if requests.is_empty() {
+                return copy_error.map_or(Ok(written), Err);
+            }
+            let results = self.services.file.write_batch(requests);
+            self.counters.write_batches.fetch_add(1, Ordering::Relaxed);
+            let mut first_error = copy_error;
+            for (tag, result) in results {
+                let (d, version) = versions[tag as usize];
+                match self.finish_write(d, version, result) {
+                    Ok(_) => written += 1,
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            if let Some(e) = first_error {
+                return Err(e);
             }
         }
         Ok(written)
     }
 
-    /// Pins the `skip`-th oldest dirty page whose changes are durable.
+    /// Copies up to `batch_max` flush candidates for one batch. Latches one
+    /// page at a time (a flusher holding several could deadlock with a tree
+    /// thread). Returns the requests (tag = index in the versions), each
+    /// page's descriptor and version, and a copy error that ended the batch.
+    #[allow(clippy::type_complexity)]
+    fn copy_batch(
+        &self,
+        batch_max: usize,
+        skipped: &mut usize,
+    ) -> (Vec<IoRequest>, Vec<(u32, u64)>, Option<crate::PoolError>) {
+        let mut requests = Vec::with_capacity(batch_max);
+        let mut versions = Vec::with_capacity(batch_max);
+        while requests.len() < batch_max {
+            let Some(d) = self.pin_flush_candidate(*skipped) else {
+                break;
+            };
+            let desc = &self.descs[d as usize];
+            desc.lock(false);
+            let copied = self.copy_for_write(d, requests.len() as u64);
+            // SAFETY: locked shared just above.
+            unsafe { desc.unlock(false) };
+            desc.unpin();
+            match copied {
+                Ok(Some((request, version))) => {
+                    requests.push(request);
+                    versions.push((d, version));
+                }
+                Ok(None) => *skipped += 1,
+                Err(e) => return (requests, versions, Some(e)),
+            }
+        }
+        (requests, versions, None)
+    }
+
+    /// Pins the `skip`-th oldest dirty page whose changes are durable and
+    /// that no flusher is writing.
     fn pin_flush_candidate(&self, skip: usize) -> Option<u32> {
         let durable = self.services.durable_lsn.durable_lsn();
         let inner = self.inner.lock();
         let mut d = inner.flush.tail();
         let mut to_skip = skip;
         while d != NIL {
-            if self.durable_at(inner.dirty[d as usize].newest, durable) {
+            let dirty = inner.dirty[d as usize];
+            if !dirty.writing && self.durable_at(dirty.newest, durable) {
                 if to_skip == 0 {
                     let page_id = self.descs[d as usize].page_id();
                     return self.table.with_entry(page_id, |e| {

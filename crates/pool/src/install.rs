@@ -88,7 +88,10 @@ impl BufferPool {
         if !self.compressed {
             return Ok(true);
         }
-        let block_bytes = self.config().block_size_bytes().unwrap_or(self.page_size_bytes);
+        let block_bytes = self
+            .config()
+            .block_size_bytes()
+            .unwrap_or(self.page_size_bytes);
         let mut block = vec![0u8; block_bytes];
         let outcome = self.services.codec.compress(page_id, page, &mut block)?;
         Ok(outcome == crate::backend::CompressOutcome::Fits)

@@ -61,12 +61,15 @@ mod invariants;
 mod lists;
 mod policy;
 mod pool;
+mod readahead;
 mod status;
 mod table;
 pub mod testing;
 
-pub use adapters::{CodecService, FileService};
-pub use backend::{AppendOutcome, CompressOutcome, DurableLsn, PageCodec, PageFile};
+pub use adapters::{CodecService, FILE_QUEUE_DEPTH_DEFAULT, FileService};
+pub use backend::{
+    AppendOutcome, CompressOutcome, DurableLsn, PageCodec, PageFile, UNIT_ALIGNMENT_BYTES_DEFAULT,
+};
 pub use config::{
     ARENA_ALIGNMENT_BYTES, BLOCK_SIZE_BYTES_MIN, EXHAUSTED_WAIT_MS_DEFAULT, EvictionPolicy,
     OLD_BLOCKS_PCT_DEFAULT, OLD_BLOCKS_TIME_MS_DEFAULT, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN,
@@ -79,4 +82,5 @@ pub use policy::{
     IO_TO_UNZIP_FACTOR, IntervalCounts, PolicyStatus, STAT_INTERVAL_COUNT, UNZIP_LRU_FLOOR_DIVISOR,
 };
 pub use pool::{BufferPool, ManualClock, Services};
+pub use readahead::READ_AHEAD_IN_FLIGHT_DIVISOR;
 pub use status::{CodecCounters, LruEntry, PoolStatus};

@@ -139,6 +139,8 @@ pub struct BufferPool {
     /// LRU length, readable without the mutex.
     lru_len: AtomicU32,
     pub(crate) counters: Counters,
+    /// Read-ahead reads in flight and their completions.
+    pub(crate) read_ahead: crate::readahead::ReadAhead,
 }
 
 impl BufferPool {
@@ -192,6 +194,7 @@ impl BufferPool {
             evict_clock: AtomicU64::new(0),
             lru_len: AtomicU32::new(0),
             counters: Counters::default(),
+            read_ahead: crate::readahead::ReadAhead::default(),
             config,
         })
     }
@@ -199,6 +202,11 @@ impl BufferPool {
     /// The options the pool was opened with.
     pub fn config(&self) -> &PoolConfig {
         &self.config
+    }
+
+    /// Publishes the LRU length for readers without the mutex.
+    pub(crate) fn set_lru_len(&self, len: u32) {
+        self.lru_len.store(len, Ordering::Relaxed);
     }
 
     pub(crate) fn now_ms(&self) -> u64 {
@@ -227,7 +235,13 @@ impl BufferPool {
                 d
             });
             if let Some(d) = pinned {
-                return self.latch_pinned(d, page_id, exclusive);
+                if self.descs[d as usize].state() == State::ReadAhead {
+                    self.wait_read_ahead(d);
+                }
+                match self.latch_pinned(d, page_id, exclusive)? {
+                    Some(d) => return Ok(d),
+                    None => continue,
+                }
             }
             if let Some(d) = self.read_page(page_id, exclusive)? {
                 return Ok(d);
@@ -235,8 +249,9 @@ impl BufferPool {
         }
     }
 
-    /// Latches a pinned page and makes sure it has a frame.
-    fn latch_pinned(&self, d: u32, page_id: PageId, exclusive: bool) -> Result<u32> {
+    /// Latches a pinned page and makes sure it has a frame. `None` when a
+    /// read-ahead of the page failed: the caller looks it up again.
+    fn latch_pinned(&self, d: u32, page_id: PageId, exclusive: bool) -> Result<Option<u32>> {
         let desc = &self.descs[d as usize];
         desc.lock(exclusive);
         match desc.state() {
@@ -266,12 +281,18 @@ impl BufferPool {
                 desc.unpin();
                 return Err(PoolError::ReadFailed { page_id });
             }
-            state @ (State::Free | State::Reading) => {
+            State::Abandoned => {
+                // SAFETY: locked above in this mode.
+                unsafe { desc.unlock(exclusive) };
+                desc.unpin();
+                return Ok(None);
+            }
+            state @ (State::Free | State::Reading | State::ReadAhead) => {
                 panic!("{page_id}: descriptor {d} in state {state:?} after latching")
             }
         }
         self.touch(d);
-        Ok(d)
+        Ok(Some(d))
     }
 
     /// Records an access; makes the page young when InnoDB would.
@@ -280,7 +301,9 @@ impl BufferPool {
         let now_ms = self.now_ms();
         let first_ms = desc.first_access_ms.load(Ordering::Relaxed);
         if first_ms == 0 {
+            // The first access of a page read ahead (or racing with one).
             desc.first_access_ms.store(now_ms, Ordering::Relaxed);
+            desc.prefetched.store(false, Ordering::Relaxed);
             return;
         }
         let evict_clock = self.evict_clock.load(Ordering::Relaxed);
@@ -429,6 +452,11 @@ impl BufferPool {
                     // released, as InnoDB's `buf_LRU_get_free_block` does,
                     // but not forever.
                     drop(inner);
+                    // Read-ahead pages may be pinned only because nobody
+                    // installed their completed reads yet.
+                    if self.drain_read_ahead() > 0 {
+                        continue;
+                    }
                     if waited_ms >= self.config.exhausted_wait_ms {
                         return Err(PoolError::Exhausted { page_id, reason });
                     }
@@ -475,14 +503,16 @@ impl BufferPool {
 
     /// Returns memory that was never published.
     pub(crate) fn free_page_memory(&self, inner: &mut Inner, memory: PageMemory) {
-        inner.alloc.free_frame(memory.frame_chunk);
+        if memory.frame_chunk != NIL {
+            inner.alloc.free_frame(memory.frame_chunk);
+        }
         if memory.block_slot != NIL {
             inner.alloc.free_slot(memory.block_slot);
         }
         inner.free_descs.push(memory.desc);
     }
 
-    fn alloc_desc(&self, inner: &mut Inner) -> Result<u32, AllocError> {
+    pub(crate) fn alloc_desc(&self, inner: &mut Inner) -> Result<u32, AllocError> {
         loop {
             if let Some(d) = inner.free_descs.pop() {
                 return Ok(d);
@@ -508,7 +538,7 @@ impl BufferPool {
     /// A free chunk for a frame. `own` is the page the caller holds pinned
     /// and exclusively latched (or `NIL`): its block may be moved by
     /// compaction, because the caller reads its block slot afterwards.
-    fn alloc_frame(&self, inner: &mut Inner, own: u32) -> Result<u32, AllocError> {
+    pub(crate) fn alloc_frame(&self, inner: &mut Inner, own: u32) -> Result<u32, AllocError> {
         loop {
             if let Some(chunk) = inner.alloc.alloc_frame() {
                 return Ok(chunk);
@@ -522,7 +552,7 @@ impl BufferPool {
         }
     }
 
-    fn alloc_slot(&self, inner: &mut Inner) -> Result<u32, AllocError> {
+    pub(crate) fn alloc_slot(&self, inner: &mut Inner) -> Result<u32, AllocError> {
         loop {
             if let Some(slot) = inner.alloc.alloc_slot() {
                 return Ok(slot);
@@ -594,6 +624,7 @@ impl BufferPool {
                     return Ok(());
                 }
             } else if dirty_victim == NIL
+                && !dirty.writing
                 && self.durable_at(dirty.newest, durable)
                 && self.descs[d as usize].pins() == 0
             {
@@ -630,6 +661,11 @@ impl BufferPool {
         }
         shard.remove(&page_id);
         drop(shard);
+        if desc.prefetched.swap(false, Ordering::Relaxed) {
+            self.counters
+                .read_ahead_evicted_unused
+                .fetch_add(1, Ordering::Relaxed);
+        }
         self.release_cached(inner, d);
         desc.set_state(State::Free);
         inner.free_descs.push(d);
@@ -716,6 +752,9 @@ impl BufferPool {
     /// Publishes a page whose frame (and block) hold its contents: LRU
     /// (midpoint, or head when `young`), unzip_LRU.
     pub(crate) fn publish(&self, inner: &mut Inner, memory: PageMemory, young: bool) {
+        self.descs[memory.desc as usize]
+            .prefetched
+            .store(false, Ordering::Relaxed);
         let d = memory.desc;
         let desc = &self.descs[d as usize];
         if young {
@@ -738,8 +777,20 @@ impl BufferPool {
     }
 
     /// Registers memory for `page_id` in the page table, pinned and
-    /// exclusively latched by the caller. `None` if the page is already there.
+    /// exclusively latched by the caller, in state `Reading`. False if the
+    /// page is already there.
     pub(crate) fn claim(&self, inner: &mut Inner, page_id: PageId, memory: PageMemory) -> bool {
+        self.claim_as(inner, page_id, memory, State::Reading)
+    }
+
+    /// As [`BufferPool::claim`], in `state` (`Reading` or `ReadAhead`).
+    pub(crate) fn claim_as(
+        &self,
+        inner: &mut Inner,
+        page_id: PageId,
+        memory: PageMemory,
+        state: State,
+    ) -> bool {
         let mut shard = self.table.lock(page_id);
         if shard.contains_key(&page_id) {
             return false;
@@ -750,10 +801,12 @@ impl BufferPool {
         assert!(desc.try_lock_exclusive(), "free descriptor {d} is latched");
         desc.pin();
         desc.set_page_id(page_id);
-        desc.set_state(State::Reading);
+        desc.set_state(state);
         desc.set_frame_chunk(memory.frame_chunk);
         desc.set_block_slot(memory.block_slot);
-        inner.chunk_owner[memory.frame_chunk as usize] = d;
+        if memory.frame_chunk != NIL {
+            inner.chunk_owner[memory.frame_chunk as usize] = d;
+        }
         if memory.block_slot != NIL {
             inner.slot_owner[memory.block_slot as usize] = d;
         }
@@ -834,23 +887,32 @@ impl BufferPool {
 
     /// Undoes a claimed read that failed: waiters will see `Failed`.
     fn abort_read(&self, page_id: PageId, memory: PageMemory) {
+        self.abort_claim(page_id, memory, State::Failed);
+    }
+
+    /// Undoes a claimed read, leaving the descriptor in `state` (`Failed`
+    /// or `Abandoned`) for its waiters, then unlatches and unpins it.
+    pub(crate) fn abort_claim(&self, page_id: PageId, memory: PageMemory, state: State) {
         let d = memory.desc;
         let desc = &self.descs[d as usize];
         let mut inner = self.inner.lock();
         inner.reading_count -= 1;
         self.table.lock(page_id).remove(&page_id);
-        inner.alloc.free_frame(memory.frame_chunk);
-        inner.chunk_owner[memory.frame_chunk as usize] = NIL;
+        if memory.frame_chunk != NIL {
+            inner.alloc.free_frame(memory.frame_chunk);
+            inner.chunk_owner[memory.frame_chunk as usize] = NIL;
+        }
         if memory.block_slot != NIL {
             inner.alloc.free_slot(memory.block_slot);
             inner.slot_owner[memory.block_slot as usize] = NIL;
         }
         desc.set_frame_chunk(NIL);
         desc.set_block_slot(NIL);
-        desc.set_state(State::Failed);
+        desc.set_state(state);
         inner.zombies.push(d);
         drop(inner);
-        // SAFETY: `claim` latched the page exclusively for us.
+        // SAFETY: `claim` latched the page exclusively for us (for a
+        // read-ahead: on its behalf, and the caller installs its completion).
         unsafe { desc.unlock(true) };
         desc.unpin();
     }

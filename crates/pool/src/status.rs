@@ -28,6 +28,10 @@ pub(crate) struct Counters {
     pub(crate) compression_failures: AtomicU64,
     pub(crate) write_ahead_waits: AtomicU64,
     pub(crate) memory_waits: AtomicU64,
+    pub(crate) read_ahead: AtomicU64,
+    pub(crate) read_ahead_failed: AtomicU64,
+    pub(crate) read_ahead_evicted_unused: AtomicU64,
+    pub(crate) write_batches: AtomicU64,
     /// `page_gets` and `pages_read` at the previous status, for the hit rate
     /// over the last interval.
     pub(crate) last_gets: AtomicU64,
@@ -101,6 +105,18 @@ pub struct PoolStatus {
     pub write_ahead_waits: u64,
     /// Times a fix waited 1 ms for pinned pages to be released.
     pub memory_waits: u64,
+    /// Pages cached by read-ahead ([`BufferPool::prefetch`]).
+    #[serde(default)]
+    pub read_ahead: u64,
+    /// Read-ahead reads dropped because they failed (I/O error, bad block).
+    #[serde(default)]
+    pub read_ahead_failed: u64,
+    /// Pages read ahead and evicted before any fix used them.
+    #[serde(default)]
+    pub read_ahead_evicted_unused: u64,
+    /// Batches of page writes (each up to the file's queue depth).
+    #[serde(default)]
+    pub write_batches: u64,
     /// Dirty pages (on the flush list).
     pub dirty_pages: u64,
     /// Bytes of frames and blocks in use.
@@ -163,6 +179,10 @@ impl BufferPool {
             compression_failures: c.compression_failures.load(Ordering::Relaxed),
             write_ahead_waits: c.write_ahead_waits.load(Ordering::Relaxed),
             memory_waits: c.memory_waits.load(Ordering::Relaxed),
+            read_ahead: c.read_ahead.load(Ordering::Relaxed),
+            read_ahead_failed: c.read_ahead_failed.load(Ordering::Relaxed),
+            read_ahead_evicted_unused: c.read_ahead_evicted_unused.load(Ordering::Relaxed),
+            write_batches: c.write_batches.load(Ordering::Relaxed),
             dirty_pages: u64::from(inner.flush.len()),
             bytes_used: u64::from(frames) * self.page_size_bytes as u64
                 + u64::from(blocks) * self.unit_size_bytes as u64,
@@ -201,6 +221,14 @@ impl PoolStatus {
             out,
             "Pages read {}, created {}, written {}",
             self.pages_read, self.pages_created, self.pages_written
+        );
+        let _ = writeln!(
+            out,
+            "Pages read ahead {}, evicted without access {}, failed {}; write batches {}",
+            self.read_ahead,
+            self.read_ahead_evicted_unused,
+            self.read_ahead_failed,
+            self.write_batches
         );
         let _ = writeln!(
             out,

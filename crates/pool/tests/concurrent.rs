@@ -128,6 +128,11 @@ fn worker(pool: &BufferPool, thread: u64, lsn: &AtomicU64) -> Vec<u64> {
                 check_page(low, first.page());
                 check_page(high, second.page());
             }
+            9 if (state >> 50).is_multiple_of(4) => {
+                // Read-ahead of a few pages others may be fixing right now.
+                let ids: Vec<PageId> = (any..any + 4).map(|p| PageId(p % PAGE_COUNT)).collect();
+                pool.prefetch(&ids);
+            }
             _ => {
                 let guard = pool.fix_shared(PageId(any)).unwrap();
                 let version = check_page(any, guard.page());
@@ -188,7 +193,10 @@ fn run(policy: EvictionPolicy) {
     let status = pool.status();
     assert!(checks > 0);
     assert!(
-        status.pages_read > 0 && status.pages_evicted > 0 && status.unzips > 0,
+        status.pages_read > 0
+            && status.pages_evicted > 0
+            && status.unzips > 0
+            && status.read_ahead > 0,
         "{}",
         status.render()
     );

@@ -68,6 +68,8 @@ enum Op {
         pinned: u64,
         scan: Vec<u64>,
     },
+    /// Read-ahead of created pages (completes inline on these files).
+    Prefetch(Vec<u64>),
 }
 
 #[derive(Clone, Debug)]
@@ -115,7 +117,8 @@ impl ReferenceStateMachine for Reference {
             1 => (1u8..8).prop_map(Op::Flush),
             1 => prop_oneof![Just(10u64), Just(1000u64), Just(3000u64)].prop_map(Op::Advance),
             1 => any::<bool>().prop_map(Op::FreezeLog),
-            1 => (page.clone(), prop::collection::vec(page, 1..24)).prop_map(|(pinned, scan)| Op::PinAndScan { pinned, scan }),
+            1 => (page.clone(), prop::collection::vec(page.clone(), 1..24)).prop_map(|(pinned, scan)| Op::PinAndScan { pinned, scan }),
+            1 => prop::collection::vec(page, 1..8).prop_map(Op::Prefetch),
         ]
         .boxed()
     }
@@ -136,6 +139,7 @@ impl ReferenceStateMachine for Reference {
             Op::PinAndScan { pinned, scan } => {
                 state.created.contains(pinned) && scan.iter().all(|p| state.created.contains(p))
             }
+            Op::Prefetch(pages) => pages.iter().all(|p| state.created.contains(p)),
             _ => true,
         }
     }
@@ -376,6 +380,7 @@ impl StateMachineTest for PoolMachine {
         let skip = match &op {
             Op::Read(page) | Op::Write { page, .. } => !exists(page),
             Op::PinAndScan { pinned, scan } => !exists(pinned) || !scan.iter().all(exists),
+            Op::Prefetch(pages) => !pages.iter().all(exists),
             _ => false,
         };
         if skip {
@@ -401,6 +406,16 @@ impl StateMachineTest for PoolMachine {
                 sut.durable.store(durable, Ordering::Relaxed);
             }
             Op::PinAndScan { pinned, scan } => sut.pin_and_scan(pinned, &scan),
+            Op::Prefetch(pages) => {
+                let ids: Vec<PageId> = pages.into_iter().map(PageId).collect();
+                sut.pool.prefetch(&ids);
+                assert_eq!(sut.pool.read_ahead_in_flight(), 0);
+                let status = sut.pool.status();
+                assert_eq!(
+                    status.read_ahead_failed, 0,
+                    "read-ahead of a written page failed"
+                );
+            }
         }
         sut
     }

@@ -1,0 +1,255 @@
+//! Read-ahead: [`BufferPool::prefetch`] reads pages that are not cached
+//! through the file layer's read threads, as one batch, and caches them
+//! compressed-only at the LRU midpoint, as InnoDB caches read-ahead pages.
+//!
+//! A page being read ahead is in the page table in state `ReadAhead`,
+//! pinned and exclusively latched on behalf of the read (no thread owns
+//! that latch). Completions arrive on the pool's queue and are installed by
+//! whichever thread calls into the pool next: `prefetch` itself, a fix that
+//! finds the page in flight (it waits by installing completions, so the
+//! page is read once), or an allocation that ran out of memory. Installing
+//! takes the pool mutex and never a page latch, so a fix waiting for it can
+//! hold latches of other pages.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use barracuda_codec::PageId;
+use barracuda_io::{Completion, CompletionQueue, IoRequest};
+use parking_lot::Mutex;
+
+use crate::arena::NIL;
+use crate::desc::State;
+use crate::error::PoolError;
+use crate::pool::{AllocError, BufferPool, Inner, PageMemory};
+
+/// At most this fraction (1/n) of the pool's block slots may be held by
+/// read-ahead reads in flight, so that a large prefetch cannot pin the
+/// whole budget and starve fixes (InnoDB stops read-ahead when pending
+/// reads exceed half the pool; a quarter leaves room for misses too).
+pub const READ_AHEAD_IN_FLIGHT_DIVISOR: u32 = 4;
+
+/// How long a fix waiting for a page read ahead sleeps on the completion
+/// queue before looking at the page again (another thread may have
+/// installed it meanwhile): short, since it only bounds that hand-over.
+const READ_AHEAD_WAIT_STEP: Duration = Duration::from_millis(1);
+
+/// Read-ahead state of a pool.
+#[derive(Default)]
+pub(crate) struct ReadAhead {
+    /// Completions of read-ahead reads.
+    queue: CompletionQueue,
+    /// Reads submitted and not yet installed.
+    in_flight: AtomicU32,
+    /// Held while installing completions: one installer at a time, so a
+    /// waiter knows its page's completion is not in another thread's hands
+    /// once it holds this and the page is still in flight.
+    installer: Mutex<()>,
+}
+
+impl BufferPool {
+    /// Hints that `page_ids` will be fixed soon. Pages that are not cached
+    /// (nor being read) are read asynchronously as one batch through the
+    /// file layer, verified, and cached compressed-only in the old sublist;
+    /// a fix of a page still in flight waits for that read.
+    ///
+    /// Never waits for a latch or for I/O and never exceeds the budget: it
+    /// only takes memory it can get by evicting clean, unpinned pages, and
+    /// stops at the first page it cannot place (or when read-ahead already
+    /// holds a quarter of the pool). Failed reads are dropped from the
+    /// read-ahead (logged, counted in `read_ahead_failed`), and a later fix
+    /// of the page reads it again and reports the error.
+    ///
+    /// Returns the number of reads submitted.
+    pub fn prefetch(&self, page_ids: &[PageId]) -> usize {
+        self.drain_read_ahead();
+        let requests = self.claim_read_ahead(page_ids);
+        let submitted = requests.len();
+        if submitted > 0 {
+            self.services
+                .file
+                .submit_reads(requests, &self.read_ahead.queue.sender());
+            // A file that completes inline (tests, no batch path) has
+            // delivered everything: install it now.
+            self.drain_read_ahead();
+        }
+        submitted
+    }
+
+    /// Reads ahead submitted and not yet installed.
+    pub fn read_ahead_in_flight(&self) -> u32 {
+        self.read_ahead.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Installs every read-ahead completion that has arrived, unless another
+    /// thread is installing. Never waits. Returns how many it installed.
+    pub fn drain_read_ahead(&self) -> usize {
+        if self.read_ahead.in_flight.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        let Some(_installer) = self.read_ahead.installer.try_lock() else {
+            return 0;
+        };
+        let mut installed = 0;
+        while let Some(completion) = self.read_ahead.queue.try_next() {
+            self.install_read_ahead(completion);
+            installed += 1;
+        }
+        installed
+    }
+
+    /// Waits until the read-ahead of the pinned page `d` is installed (or
+    /// dropped), installing completions meanwhile.
+    pub(crate) fn wait_read_ahead(&self, d: u32) {
+        let desc = &self.descs[d as usize];
+        while desc.state() == State::ReadAhead {
+            let _installer = self.read_ahead.installer.lock();
+            if desc.state() != State::ReadAhead {
+                break;
+            }
+            if let Some(completion) = self.read_ahead.queue.wait_timeout(READ_AHEAD_WAIT_STEP) {
+                self.install_read_ahead(completion);
+            }
+        }
+    }
+
+    /// Claims memory and a table entry for each page to read ahead and
+    /// returns their read requests (tag = descriptor).
+    fn claim_read_ahead(&self, page_ids: &[PageId]) -> Vec<IoRequest> {
+        let slot_count = self.chunk_count() * (self.page_size_bytes / self.unit_size_bytes) as u32;
+        let in_flight_max = (slot_count / READ_AHEAD_IN_FLIGHT_DIVISOR).max(1);
+        let mut requests = Vec::new();
+        for &page_id in page_ids {
+            if self.table.with_entry(page_id, |_| ()).is_some() {
+                continue;
+            }
+            if self.read_ahead.in_flight.load(Ordering::Acquire) >= in_flight_max {
+                break;
+            }
+            let mut inner = self.inner.lock();
+            inner.stats.advance(self.now_ms());
+            let memory = match self.alloc_read_ahead_memory(&mut inner) {
+                Ok(memory) => memory,
+                Err(AllocError::NeedFlush(victim)) => {
+                    // Writing is the flusher's job, not a hint's.
+                    self.descs[victim as usize].unpin();
+                    break;
+                }
+                Err(AllocError::Exhausted(_)) => break,
+            };
+            if !self.claim_as(&mut inner, page_id, memory, State::ReadAhead) {
+                self.free_page_memory(&mut inner, memory);
+                continue;
+            }
+            inner.reading_count += 1;
+            self.read_ahead.in_flight.fetch_add(1, Ordering::AcqRel);
+            drop(inner);
+            let offset_bytes = page_id.0 * self.unit_size_bytes as u64;
+            let buf = self.services.file.alloc_buf(self.unit_size_bytes);
+            requests.push(IoRequest::read(offset_bytes, buf, u64::from(memory.desc)));
+        }
+        requests
+    }
+
+    /// A descriptor and the unit the page is read into: a block slot (no
+    /// frame: read-ahead caches compressed-only), or a frame when the pool
+    /// is uncompressed.
+    fn alloc_read_ahead_memory(&self, inner: &mut Inner) -> Result<PageMemory, AllocError> {
+        let desc = self.alloc_desc(inner)?;
+        let unit = if self.compressed {
+            self.alloc_slot(inner)
+        } else {
+            self.alloc_frame(inner, NIL)
+        };
+        match unit {
+            Ok(unit) if self.compressed => Ok(PageMemory {
+                desc,
+                frame_chunk: NIL,
+                block_slot: unit,
+            }),
+            Ok(unit) => Ok(PageMemory {
+                desc,
+                frame_chunk: unit,
+                block_slot: NIL,
+            }),
+            Err(e) => {
+                inner.free_descs.push(desc);
+                Err(e)
+            }
+        }
+    }
+
+    /// Copies a completed read into its page, verifies it and publishes the
+    /// page at the LRU midpoint; on failure drops it from the read-ahead.
+    fn install_read_ahead(&self, completion: Completion) {
+        let d = completion.tag as u32;
+        let desc = &self.descs[d as usize];
+        let page_id = desc.page_id();
+        let memory = PageMemory {
+            desc: d,
+            frame_chunk: desc.frame_chunk(),
+            block_slot: desc.block_slot(),
+        };
+        debug_assert_eq!(desc.state(), State::ReadAhead);
+        let offset_bytes = completion.offset_bytes;
+        let checked = completion
+            .result
+            .map_err(|source| PoolError::File {
+                operation: "read-ahead",
+                offset_bytes,
+                source,
+            })
+            .and_then(|()| {
+                // SAFETY: the page is pinned and exclusively latched on
+                // behalf of this read, whose completion we hold: nobody else
+                // reaches its unit.
+                let unit = unsafe {
+                    if self.compressed {
+                        self.block_mut(memory.block_slot)
+                    } else {
+                        self.frame_mut(memory.frame_chunk)
+                    }
+                };
+                unit.copy_from_slice(&completion.buf);
+                self.services.codec.verify(page_id, unit)
+            });
+        self.read_ahead.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if let Err(e) = checked {
+            tracing::warn!("read-ahead of {page_id} dropped: {e}");
+            self.counters
+                .read_ahead_failed
+                .fetch_add(1, Ordering::Relaxed);
+            self.abort_claim(page_id, memory, State::Abandoned);
+            return;
+        }
+        let mut inner = self.inner.lock();
+        inner.reading_count -= 1;
+        self.publish_read_ahead(&mut inner, d);
+        inner.stats.advance(self.now_ms());
+        inner.stats.add_io(1);
+        drop(inner);
+        self.counters.read_ahead.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: latched exclusively on behalf of this read by
+        // `claim_as`; the read is over and the page published, so the latch
+        // is released for it (parking_lot's raw latch has no owner thread).
+        unsafe { desc.unlock(true) };
+        desc.unpin();
+    }
+
+    /// Publishes a page read ahead: LRU midpoint (old sublist), no frame,
+    /// not yet accessed (its first fix does not make it young).
+    fn publish_read_ahead(&self, inner: &mut Inner, d: u32) {
+        let desc = &self.descs[d as usize];
+        inner.lru.insert_new(d, &self.old_flags);
+        self.set_lru_len(inner.lru.list().len());
+        desc.young_clock
+            .store(self.evict_clock.load(Ordering::Relaxed), Ordering::Relaxed);
+        desc.first_access_ms.store(0, Ordering::Relaxed);
+        desc.prefetched.store(true, Ordering::Relaxed);
+        desc.set_state(if self.compressed {
+            State::Compressed
+        } else {
+            State::Frame
+        });
+    }
+}
