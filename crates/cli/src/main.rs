@@ -1,5 +1,6 @@
 //! The `barracuda` command: reference benchmarks and admin commands.
 
+mod admin;
 mod bench;
 
 use clap::{Parser, Subcommand};
@@ -17,6 +18,9 @@ enum Command {
     /// Run a benchmark workload and print a table (and JSON with --json).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Admin commands: stat, check, dump, get, put, del, load.
+    #[command(flatten)]
+    Admin(admin::Command),
 }
 
 #[derive(Subcommand, Debug)]
@@ -42,5 +46,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Codec(args)) => bench::codec::run(&args),
         Command::Bench(BenchCommand::Io(args)) => bench::io::run(&args),
         Command::Bench(BenchCommand::Fill(args)) => bench::fill::run(&args),
+        Command::Admin(command) => admin::run(command),
     }
 }
