@@ -30,6 +30,8 @@ pub use barracuda_codec as codec;
 pub use barracuda_io as io;
 pub use barracuda_pool as pool;
 
+#[cfg(feature = "tokio")]
+pub mod asynchronous;
 mod batch;
 mod catalog;
 mod db;

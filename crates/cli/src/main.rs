@@ -1,5 +1,6 @@
 //! The `barracuda` command: reference benchmarks and admin commands.
 
+mod admin;
 mod bench;
 
 use clap::{Parser, Subcommand};
@@ -17,6 +18,9 @@ enum Command {
     /// Run a benchmark workload and print a table (and JSON with --json).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Admin commands: stat, check, dump, get, put, del, load.
+    #[command(flatten)]
+    Admin(admin::Command),
 }
 
 #[derive(Subcommand, Debug)]
@@ -56,5 +60,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Hotset(args)) => bench::hotset::run(&args),
         Command::Bench(BenchCommand::Iothreads(args)) => bench::iothreads::run(&args),
         Command::Bench(BenchCommand::Flush(args)) => bench::flush::run(&args),
+        Command::Admin(command) => admin::run(command),
     }
 }
