@@ -3,12 +3,14 @@
 use crate::db::DbInner;
 use crate::error::{Error, Result};
 use crate::options::Durability;
-use crate::tree::{BATCH_IMAGES_MORE, Tree, check_entry, image_bytes};
+use crate::tree::{BATCH_IMAGES_MORE, PAGES_PER_OPERATION, Tree, check_entry, image_bytes};
 
 /// Puts and deletes on any trees of one database, applied by [`crate::Db::write`]
 /// all or nothing, also across a crash (one log group).
 ///
-/// The log bounds one group, so a batch's worst-case log size is limited
+/// A batch's changed pages stay cached until it is logged, and the log
+/// bounds one group, so a batch's worst case (three pages per operation) must
+/// fit in half of each tree's pool, and its log size is limited
 /// (about `log_bytes / 4`, at most 16 MiB, where each operation counts
 /// three page images: about 680 operations with the default log and 8 KiB
 /// blocks); a larger batch is refused with [`Error::BatchTooLarge`]
@@ -70,6 +72,26 @@ impl WriteBatch {
         }
         estimated += BATCH_IMAGES_MORE * image_bytes_max;
         let limit = db.group_bytes_max();
+        // Every page a batch changes stays in its pool, pinned at the
+        // pending LSN, until the batch is logged: at most half the pool.
+        for (tree, _) in &self.ops {
+            let pool = tree.inner().pool();
+            let per_page = pool.config().page_size_bytes + image_bytes(tree.inner());
+            let pages: usize = self
+                .ops
+                .iter()
+                .filter(|(t, _)| std::sync::Arc::ptr_eq(t.inner(), tree.inner()))
+                .count()
+                * PAGES_PER_OPERATION
+                + BATCH_IMAGES_MORE;
+            let cache_limit = pool.budget_bytes() / 2;
+            if pages * per_page > cache_limit {
+                return Err(Error::BatchTooLarge {
+                    estimated_bytes: pages * per_page,
+                    limit_bytes: cache_limit,
+                });
+            }
+        }
         if estimated > limit {
             return Err(Error::BatchTooLarge {
                 estimated_bytes: estimated,

@@ -76,6 +76,10 @@ const ROOT_PAGE_ID: PageId = PageId(1);
 /// How often the background thread looks at the log's fill level.
 const BACKGROUND_TICK: Duration = Duration::from_millis(50);
 
+/// Requests a pool keeps in flight per batch (read-ahead, flushing): the
+/// file layer's default ring depth.
+const QUEUE_DEPTH: usize = 32;
+
 /// How often each pool's page cleaner writes dirty pages, and how many.
 const PAGE_CLEANER_INTERVAL: Duration = Duration::from_millis(100);
 const PAGE_CLEANER_BATCH_PAGES: usize = 256;
@@ -103,6 +107,14 @@ impl DurableLsn for WalDurable {
             Some(wal) => wal.durable_lsn(),
             // LSN_PENDING is u64::MAX; everything replayed is below this.
             None => Lsn(u64::MAX - 1),
+        }
+    }
+
+    fn request_durable(&self) {
+        if let Some(wal) = self.wal.get()
+            && let Err(e) = wal.flush_to(wal.next_lsn())
+        {
+            tracing::warn!("log flush requested by the buffer pool failed: {e}");
         }
     }
 }
@@ -137,6 +149,13 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    /// Whether any operation of this write changed a page.
+    fn has_changes(&self) -> bool {
+        self.ops
+            .iter()
+            .any(|(_, op)| !op.pages.is_empty() || !op.allocated.is_empty() || !op.freed.is_empty())
+    }
+
     /// The operation context of `tree` within this write.
     pub(crate) fn op(&mut self, tree: &Arc<TreeInner>) -> &mut OpContext {
         let index = match self.ops.iter().position(|(t, _)| Arc::ptr_eq(t, tree)) {
@@ -400,7 +419,7 @@ fn open_pool(
             tree_options.compression.codec(),
             geometry,
         )?),
-        file: Arc::new(FileService::new(Arc::clone(&file))),
+        file: Arc::new(FileService::new(Arc::clone(&file)).with_queue_depth(QUEUE_DEPTH)),
         durable_lsn,
         clock: None,
     };
@@ -602,8 +621,18 @@ impl DbInner {
         let mut state = self.lock_with_log_room()?;
         let mut writer = Writer::default();
         let result = f(&mut writer);
-        // Whatever `f` committed is in memory: log it even if `f` failed
-        // half way, so that memory and log agree.
+        if let Err(error) = &result
+            && writer.has_changes()
+        {
+            // An operation failed after changing pages (an I/O error in the
+            // middle of a split, a pool with no memory left for a batch).
+            // Logging part of it would break atomicity and its pages cannot
+            // be rolled back: refuse all further writes; reopening recovers
+            // the state before it.
+            drop(state);
+            self.fail(error);
+            return result;
+        }
         let logged = self.log_ops(&mut state, &writer);
         drop(state);
         let end = logged.inspect_err(|e| self.fail(e))?;

@@ -205,10 +205,12 @@ pub(crate) fn check_entry(
 /// [`BATCH_IMAGES_MORE`] more images cover the deeper levels and the store's
 /// meta page once per group.
 pub(crate) fn worst_case_log_bytes(tree: &TreeInner, entry_bytes: usize) -> usize {
-    /// Leaf, sibling, parent.
-    const IMAGES_PER_OPERATION: usize = 3;
-    IMAGES_PER_OPERATION * image_bytes(tree) + 2 * entry_bytes + PATCH_OVERHEAD_BYTES
+    PAGES_PER_OPERATION * image_bytes(tree) + 2 * entry_bytes + PATCH_OVERHEAD_BYTES
 }
+
+/// Pages one put or delete may change below the parent level: the leaf, a
+/// sibling, the parent.
+pub(crate) const PAGES_PER_OPERATION: usize = 3;
 
 /// Images one group may need beyond those counted per operation: the
 /// levels above the parent and the meta page.

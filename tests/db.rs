@@ -154,7 +154,10 @@ fn crash_without_close_keeps_synced_writes() {
 #[test]
 fn batches_are_atomic_across_trees_and_bad_input_is_refused() {
     let dir = tempdir();
-    let db = small().open(dir.path()).unwrap();
+    let db = small()
+        .buffer_pool_bytes(16 << 20)
+        .open(dir.path())
+        .unwrap();
     let a = db.tree("a").unwrap();
     let b = db
         .create_tree("b", TreeOptions::default().compression(Compression::None))
@@ -183,6 +186,12 @@ fn batches_are_atomic_across_trees_and_bad_input_is_refused() {
         db.open_tree("nope"),
         Err(Error::TreeNotFound { .. })
     ));
+    // A batch whose pages could not all stay cached is refused up front.
+    let mut huge = WriteBatch::new();
+    for i in 0..2000 {
+        huge.put(&a, &key(i), b"x");
+    }
+    assert!(matches!(db.write(huge), Err(Error::BatchTooLarge { .. })));
     db.close().unwrap();
     let db = small().open(dir.path()).unwrap();
     assert_eq!(db.tree_names(), vec!["a".to_string(), "b".to_string()]);
@@ -214,4 +223,27 @@ fn a_filesystem_refusing_o_direct_gets_a_clear_error() {
         .unwrap();
     db.tree("t").unwrap().put(b"k", b"v").unwrap();
     db.close().unwrap();
+}
+
+#[test]
+fn no_sync_writes_do_not_exhaust_a_small_pool() {
+    // Every dirty page waits for the log under NoSync: the pool must ask
+    // for a log flush instead of running out of memory.
+    let dir = tempdir();
+    let db = Db::options()
+        .buffer_pool_bytes(2 << 20)
+        .durability(Durability::NoSync)
+        .open(dir.path())
+        .unwrap();
+    let tree = db
+        .create_tree(
+            "none",
+            TreeOptions::default().compression(Compression::None),
+        )
+        .unwrap();
+    for i in 0..20_000u64 {
+        let k = format!("user{:08}", i.wrapping_mul(2_654_435_761) % 100_000_000);
+        tree.put(k.as_bytes(), &[b'x'; 130]).unwrap();
+    }
+    db.check().unwrap();
 }

@@ -544,6 +544,12 @@ impl PageStore for PoolStore {
             .map_err(pool_error)
     }
 
+    fn prefetch(&self, page_ids: &[PageId]) {
+        // Asynchronous read-ahead through the file layer's read threads;
+        // it never blocks on a latch and drops its own errors.
+        self.pool.prefetch(page_ids);
+    }
+
     fn free_page_ids(&self) -> Vec<PageId> {
         match self.walk_free_list() {
             Ok(ids) => ids,

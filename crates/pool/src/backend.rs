@@ -131,6 +131,11 @@ fn as_io_error(op: OpKind, offset_bytes: u64, len_bytes: usize, error: PoolError
 pub trait DurableLsn: Send + Sync {
     /// Every log record ending at or before this LSN is durable.
     fn durable_lsn(&self) -> Lsn;
+
+    /// The pool found no free memory because dirty pages wait for the log:
+    /// make everything logged so far durable, if possible. Called without
+    /// the pool's mutex (the caller may hold page latches). Default: nothing.
+    fn request_durable(&self) {}
 }
 
 impl<F: Fn() -> Lsn + Send + Sync> DurableLsn for F {

@@ -457,6 +457,9 @@ impl BufferPool {
                     if self.drain_read_ahead() > 0 {
                         continue;
                     }
+                    // Dirty pages may wait only for the log (a database that
+                    // does not sync every commit): ask for it.
+                    self.services.durable_lsn.request_durable();
                     if waited_ms >= self.config.exhausted_wait_ms {
                         return Err(PoolError::Exhausted { page_id, reason });
                     }
