@@ -520,6 +520,7 @@ impl DbInner {
         let config = TreeConfig {
             policy: entry.split_policy,
             compressed,
+            read_ahead_pages: self.options.read_ahead_pages,
             ..TreeConfig::default()
         };
         let cleaner = pool.spawn_flusher(PAGE_CLEANER_INTERVAL, PAGE_CLEANER_BATCH_PAGES);

@@ -202,6 +202,10 @@ impl TableSpec {
     }
 }
 
+/// Leaves a range scan reads ahead unless a workload says otherwise: the
+/// database's default (none).
+pub const READ_AHEAD_PAGES_DEFAULT: usize = 0;
+
 /// How the data file is opened.
 #[derive(Clone, Copy, Debug)]
 pub struct FileSpec {
@@ -211,6 +215,8 @@ pub struct FileSpec {
     pub read_io_threads: usize,
     /// Added latency per request, µs (0: none).
     pub device_latency_us: u64,
+    /// Leaves a range scan reads ahead (0: none).
+    pub read_ahead_pages: usize,
 }
 
 /// The operations the workloads need. See the module docs.
@@ -341,6 +347,7 @@ fn db_options(spec: &TableSpec, file_spec: FileSpec, pool_bytes: usize) -> barra
         .buffer_pool_bytes(pool_bytes)
         .eviction_policy(spec.eviction)
         .read_io_threads(file_spec.read_io_threads)
+        .read_ahead_pages(file_spec.read_ahead_pages)
         .flush_method(file_spec.flush_method)
         .durability(barracuda::Durability::NoSync)
         .log_bytes(BENCH_LOG_BYTES)

@@ -187,6 +187,7 @@ fn load_layout(
         &spec,
         FileSpec {
             device_latency_us: 0,
+            read_ahead_pages: harness::READ_AHEAD_PAGES_DEFAULT,
             ..file_spec
         },
         load_pool,
@@ -228,6 +229,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         flush_method: FlushMethod::ODirect,
         read_io_threads: 4,
         device_latency_us: common.device_latency_us,
+        read_ahead_pages: harness::READ_AHEAD_PAGES_DEFAULT,
     };
     let mut layouts: Vec<Layout> = configs.iter().map(|c| c.0).collect();
     layouts.dedup();

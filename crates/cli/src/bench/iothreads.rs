@@ -34,6 +34,10 @@ pub struct Args {
     /// `read_io_threads` values, comma-separated.
     #[arg(long, default_value = THREADS_DEFAULT)]
     read_threads: String,
+    /// Leaves each range scan reads ahead through the read threads (0:
+    /// none, every page is an ordinary read on the query's thread).
+    #[arg(long, default_value_t = harness::READ_AHEAD_PAGES_DEFAULT)]
+    read_ahead_pages: usize,
     /// Buffer pool, MiB (before `--scale`).
     #[arg(long, default_value_t = POOL_MIB_DEFAULT)]
     pool_mib: u64,
@@ -110,6 +114,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         flush_method: FlushMethod::ODirect,
         read_io_threads: 4,
         device_latency_us: common.device_latency_us,
+        read_ahead_pages: args.read_ahead_pages,
     };
     let db_dir = dir.join("iothreads");
     let base = sweep::load_into(&db_dir, &spec, base_file, rows, args.load_threads, &text)?;

@@ -247,6 +247,7 @@ pub fn load_into(
         ((data_bytes as f64 * LOAD_POOL_FACTOR) as u64).clamp(64 << 20, LOAD_POOL_BYTES_MAX);
     let load_file = FileSpec {
         device_latency_us: 0,
+        read_ahead_pages: harness::READ_AHEAD_PAGES_DEFAULT,
         ..file_spec
     };
     let store = DbStore::create(path, spec, load_file, load_pool as usize)?;
@@ -329,6 +330,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         flush_method: FlushMethod::ODirect,
         read_io_threads: 4,
         device_latency_us: common.device_latency_us,
+        read_ahead_pages: harness::READ_AHEAD_PAGES_DEFAULT,
     };
     // Capacities always come from the plain and zlib layouts.
     let mut loaded: Vec<Loaded> = Vec::new();
