@@ -387,20 +387,13 @@ fn draw(
     capacity_16k: u64,
     common: &CommonArgs,
 ) -> anyhow::Result<()> {
-    let mut configs: Vec<String> = points.iter().map(|p| p.config.clone()).collect();
-    configs.dedup();
     let series = |f: &dyn Fn(&Measured) -> f64| {
-        configs
-            .iter()
-            .map(|c| plot::Series {
-                label: c.clone(),
-                points: points
-                    .iter()
-                    .filter(|p| &p.config == c)
-                    .map(|p| (p.hot_keys as f64, f(&p.measured)))
-                    .collect(),
-            })
-            .collect::<Vec<_>>()
+        plot::series_by_config(
+            points,
+            |p| &p.config,
+            |p| p.hot_keys as f64,
+            |p| f(&p.measured),
+        )
     };
     let latency = if common.device_latency_us == 0 {
         "no added latency".to_string()

@@ -202,3 +202,26 @@ fn short(v: f64) -> String {
         format!("{v:.2}")
     }
 }
+
+/// One series per configuration, in the order configurations first appear:
+/// the points of each configuration as `(x, y)`.
+pub fn series_by_config<P>(
+    points: &[P],
+    config: impl Fn(&P) -> &str,
+    x: impl Fn(&P) -> f64,
+    y: impl Fn(&P) -> f64,
+) -> Vec<Series> {
+    let mut configs: Vec<&str> = points.iter().map(&config).collect();
+    configs.dedup();
+    configs
+        .iter()
+        .map(|c| Series {
+            label: (*c).to_string(),
+            points: points
+                .iter()
+                .filter(|p| config(p) == *c)
+                .map(|p| (x(p), y(p)))
+                .collect(),
+        })
+        .collect()
+}

@@ -530,20 +530,13 @@ fn draw(
     cap_zlib: u64,
     common: &CommonArgs,
 ) -> anyhow::Result<()> {
-    let mut configs: Vec<String> = points.iter().map(|p| p.config.clone()).collect();
-    configs.dedup();
     let series = |f: &dyn Fn(&Measured) -> f64| {
-        configs
-            .iter()
-            .map(|c| plot::Series {
-                label: c.clone(),
-                points: points
-                    .iter()
-                    .filter(|p| &p.config == c)
-                    .map(|p| (p.range_rows as f64, f(&p.measured)))
-                    .collect(),
-            })
-            .collect::<Vec<_>>()
+        plot::series_by_config(
+            points,
+            |p| &p.config,
+            |p| p.range_rows as f64,
+            |p| f(&p.measured),
+        )
     };
     let marks = vec![
         (cap_plain as f64, "A|B".to_string()),
