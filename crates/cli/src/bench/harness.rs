@@ -72,6 +72,15 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
+    /// The added device latency as a chart title states it.
+    pub fn latency_label(&self) -> String {
+        if self.device_latency_us == 0 {
+            "no added latency".to_string()
+        } else {
+            format!("+{} us device latency", self.device_latency_us)
+        }
+    }
+
     /// `value` grown by `--scale`, at least 1.
     pub fn scaled(&self, value: u64) -> u64 {
         ((value as f64 * self.scale).round() as u64).max(1)

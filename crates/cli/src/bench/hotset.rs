@@ -395,23 +395,13 @@ fn draw(
             |p| f(&p.measured),
         )
     };
-    let latency = if common.device_latency_us == 0 {
-        "no added latency".to_string()
-    } else {
-        format!("+{} us device latency", common.device_latency_us)
-    };
+    let latency = common.latency_label();
     let marks = vec![
         (capacity_16k as f64, "16K cap".to_string()),
         ((capacity_16k * 4) as f64, "4x".to_string()),
     ];
-    let panel = |title: &str, y: &str, log_y: bool, s| plot::Panel {
-        title: format!("{title} ({latency})"),
-        x_label: "hot keys".into(),
-        y_label: y.into(),
-        log_x: true,
-        log_y,
-        marks: marks.clone(),
-        series: s,
+    let panel = |title: &str, y: &str, log_y: bool, s| {
+        plot::log_x_panel(title, &latency, ("hot keys", y), log_y, &marks, s)
     };
     plot::draw(
         path,

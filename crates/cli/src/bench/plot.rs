@@ -225,3 +225,23 @@ pub fn series_by_config<P>(
         })
         .collect()
 }
+
+/// A chart with a logarithmic x axis whose title states the added latency.
+pub fn log_x_panel(
+    title: &str,
+    latency: &str,
+    (x_label, y_label): (&str, &str),
+    log_y: bool,
+    marks: &[(f64, String)],
+    series: Vec<Series>,
+) -> Panel {
+    Panel {
+        title: format!("{title} ({latency})"),
+        x_label: x_label.into(),
+        y_label: y_label.into(),
+        log_x: true,
+        log_y,
+        marks: marks.to_vec(),
+        series,
+    }
+}

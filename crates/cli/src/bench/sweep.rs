@@ -542,19 +542,16 @@ fn draw(
         (cap_plain as f64, "A|B".to_string()),
         (cap_zlib as f64, "B|C".to_string()),
     ];
-    let latency = if common.device_latency_us == 0 {
-        "no added latency".to_string()
-    } else {
-        format!("+{} us device latency", common.device_latency_us)
-    };
-    let panel = |title: &str, y: &str, log_y: bool, s| plot::Panel {
-        title: format!("{title} ({latency})"),
-        x_label: "search range (rows)".into(),
-        y_label: y.into(),
-        log_x: true,
-        log_y,
-        marks: marks.clone(),
-        series: s,
+    let latency = common.latency_label();
+    let panel = |title: &str, y: &str, log_y: bool, s| {
+        plot::log_x_panel(
+            title,
+            &latency,
+            ("search range (rows)", y),
+            log_y,
+            &marks,
+            s,
+        )
     };
     plot::draw(
         path,
