@@ -398,12 +398,25 @@ struct SledEngine {
 }
 
 impl SledEngine {
+    /// Retries while the previous handle's background flusher still holds
+    /// the directory's lock (sled releases it asynchronously after drop).
     fn open(setup: &Setup) -> Result<Self> {
-        let db = sled::Config::new()
-            .path(&setup.dir)
-            .cache_capacity(setup.cache_bytes as u64)
-            .open()?;
-        Ok(Self { db })
+        const LOCK_RETRIES: usize = 100;
+        let mut tries = 0;
+        loop {
+            let opened = sled::Config::new()
+                .path(&setup.dir)
+                .cache_capacity(setup.cache_bytes as u64)
+                .open();
+            match opened {
+                Ok(db) => return Ok(Self { db }),
+                Err(_) if tries < LOCK_RETRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 }
 

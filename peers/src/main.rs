@@ -60,6 +60,10 @@ struct Args {
     /// 8 KiB blocks) instead of uncompressed pages.
     #[arg(long)]
     barracuda_zlib: bool,
+    /// Reads columns from earlier `--json` files instead of running (for
+    /// merging runs and redrawing the chart).
+    #[arg(long, num_args = 1..)]
+    from_json: Vec<PathBuf>,
     /// Internal: run one engine in this process and print its JSON.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -93,10 +97,26 @@ fn main() -> Result<()> {
         return run_child(&args, engine, workloads[0]);
     }
     let mut columns = Vec::new();
-    for &workload in &workloads {
+    if !args.from_json.is_empty() {
+        for path in &args.from_json {
+            let text = std::fs::read_to_string(path).context("read json")?;
+            let more: Vec<Column> = serde_json::from_str(&text)?;
+            columns.extend(more);
+        }
+        let mut seen: Vec<u32> = columns.iter().map(|c| c.workload).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for workload in seen {
+            print_table(&columns, workload);
+        }
+    }
+    for &workload in workloads.iter().filter(|_| args.from_json.is_empty()) {
         for engine in &args.engines {
             eprintln!("== workload {workload}: {engine}");
-            columns.push(spawn_child(&args, engine, workload)?);
+            match spawn_child(&args, engine, workload) {
+                Ok(column) => columns.push(column),
+                Err(e) => eprintln!("   {engine} skipped: {e:#}"),
+            }
         }
         print_table(&columns, workload);
     }
@@ -112,6 +132,7 @@ fn main() -> Result<()> {
 
 fn columns_by_workload(columns: &[Column]) -> Vec<(String, Vec<(String, Vec<Measurement>)>)> {
     let mut workloads: Vec<u32> = columns.iter().map(|c| c.workload).collect();
+    workloads.sort_unstable();
     workloads.dedup();
     workloads
         .into_iter()

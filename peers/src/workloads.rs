@@ -173,11 +173,15 @@ pub fn workload1(
         ));
     }
 
+    if let Some(counters) = engine.counters() {
+        log(&format!("{name} counters before removals: {counters}"));
+    }
     let start = Instant::now();
     let mut rng = make_rng();
     let mut deletes = (0..pairs / 2).map(|_| Op::Delete(gen_pair(&mut rng).0));
     engine.commit(&mut deletes, true)?;
     rows.push(Measurement::millis("removals", start.elapsed()));
+    log(&format!("{name}: removals in {:?}", start.elapsed()));
 
     if let Some(counters) = engine.counters() {
         log(&format!("{name} counters: {counters}"));
@@ -306,6 +310,9 @@ pub fn workload2(
             engine.commit(&mut ops, true)?;
         }
         rows.push(Measurement::millis("load", start.elapsed()));
+        if let Some(counters) = engine.counters() {
+            log(&format!("{name} counters after load: {counters}"));
+        }
         engine.close()?;
     }
     log(&format!("{name}: loaded {pairs}"));
