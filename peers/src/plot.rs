@@ -25,7 +25,7 @@ type Workloads = [(String, Vec<(String, Vec<Measurement>)>)];
 
 /// Draws one panel per workload into `path`.
 pub fn bar_chart(workloads: &Workloads, path: &Path) -> Result<()> {
-    let panel_height = 520;
+    let panel_height = 420;
     let root =
         SVGBackend::new(path, (1400, panel_height * workloads.len() as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
@@ -67,12 +67,12 @@ fn draw_panel(
     let mut chart = ChartBuilder::on(area)
         .caption(
             format!(
-                "{title}: time, size or 1/throughput relative to the best engine (lower is better)"
+                "{title}: time, size or 1/throughput relative to the best engine (lower is better; rows as numbered in the table)"
             ),
             ("sans-serif", 18),
         )
         .margin(10)
-        .x_label_area_size(150)
+        .x_label_area_size(40)
         .y_label_area_size(50)
         .build_cartesian_2d(0.0..rows.len() as f64, 0.0..RATIO_AXIS_MAX)
         .map_err(|e| anyhow!("{e}"))?;
@@ -84,16 +84,16 @@ fn draw_panel(
         .x_label_formatter(&|x| {
             let i = x.floor() as usize;
             if (x - x.floor() - 0.5).abs() < 0.01 {
-                labels.get(i).cloned().unwrap_or_default()
+                labels
+                    .get(i)
+                    .map(|_| format!("row {}", i + 1))
+                    .unwrap_or_default()
             } else {
                 String::new()
             }
         })
-        .x_label_style(
-            ("sans-serif", 12)
-                .into_font()
-                .transform(FontTransform::Rotate90),
-        )
+        .x_label_style(("sans-serif", 13))
+        .light_line_style(WHITE)
         .y_desc("x best")
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
