@@ -130,7 +130,10 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-fn columns_by_workload(columns: &[Column]) -> Vec<(String, Vec<(String, Vec<Measurement>)>)> {
+/// Per workload: its title and each engine's rows.
+type ByWorkload = Vec<(String, Vec<(String, Vec<Measurement>)>)>;
+
+fn columns_by_workload(columns: &[Column]) -> ByWorkload {
     let mut workloads: Vec<u32> = columns.iter().map(|c| c.workload).collect();
     workloads.sort_unstable();
     workloads.dedup();

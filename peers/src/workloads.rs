@@ -187,6 +187,7 @@ pub fn workload1(
         log(&format!("{name} counters: {counters}"));
     }
     let size = engines::directory_bytes(&setup.dir);
+    log(&format!("{name} files: {}", file_sizes(&setup.dir)));
     rows.push(Measurement::bytes("uncompacted size", Some(size)));
     let compacted = if engine.compact()? {
         engine.commit(&mut puts(&mut rng, 1), true)?;
@@ -316,6 +317,7 @@ pub fn workload2(
         engine.close()?;
     }
     log(&format!("{name}: loaded {pairs}"));
+    log(&format!("{name} files: {}", file_sizes(&setup.dir)));
     rows.push(Measurement::bytes(
         "size on disk",
         Some(engines::directory_bytes(&setup.dir)),
@@ -380,4 +382,20 @@ fn peak_rss_bytes() -> Option<u64> {
     let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// "name=bytes" of every file directly in `dir`, for the log.
+fn file_sizes(dir: &std::path::Path) -> String {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return String::new();
+    };
+    let mut sizes: Vec<String> = entries
+        .flatten()
+        .map(|entry| {
+            let bytes = engines::directory_bytes(&entry.path());
+            format!("{}={bytes}", entry.file_name().to_string_lossy())
+        })
+        .collect();
+    sizes.sort();
+    sizes.join(" ")
 }
