@@ -1,0 +1,658 @@
+//! One adapter per engine behind the [`Engine`] trait: each opened with its
+//! documented durable-commit setting and the same cache size.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+/// Engines this build knows, in table order.
+pub const ENGINE_NAMES: &[&str] = &["barracuda", "redb", "lmdb", "rocksdb", "sled", "fjall"];
+
+/// One write in a transaction.
+pub enum Op {
+    /// Set key to value.
+    Put(Vec<u8>, Vec<u8>),
+    /// Remove key.
+    Delete(Vec<u8>),
+}
+
+/// A read view (one read transaction where the engine has them).
+pub trait Reader {
+    /// Calls `f` with the value of `key`; false when absent.
+    fn get(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool>;
+    /// Calls `f` with the values of up to `count` entries from `from` on;
+    /// returns how many.
+    fn scan(&self, from: &[u8], count: usize, f: &mut dyn FnMut(&[u8])) -> Result<usize>;
+    /// Number of entries.
+    fn len(&self) -> Result<u64>;
+}
+
+/// A key-value engine under test.
+pub trait Engine: Send + Sync {
+    /// Applies `ops` as one transaction; durable on return when `durable`.
+    fn commit(&self, ops: &mut dyn Iterator<Item = Op>, durable: bool) -> Result<()>;
+    /// A read view.
+    fn reader(&self) -> Result<Box<dyn Reader + '_>>;
+    /// Full compaction where the engine has it: Ok(false) when it has none.
+    fn compact(&mut self) -> Result<bool>;
+    /// Flushes and closes; after this the directory holds the whole database.
+    fn close(self: Box<Self>) -> Result<()>;
+    /// The engine's own counters, where it has them.
+    fn counters(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Settings shared by every engine.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// Cache (buffer pool, block cache, page cache) in bytes.
+    pub cache_bytes: usize,
+    /// The engine's own directory (created empty).
+    pub dir: PathBuf,
+    /// Barracuda only: uncompressed pages instead of the default zlib
+    /// 16 KiB pages in 8 KiB blocks. Workload 1's values are random bytes,
+    /// which do not compress (and the default fails on them: see the notes).
+    pub barracuda_uncompressed: bool,
+}
+
+/// Opens engine `name` in `setup.dir`.
+pub fn open(name: &str, setup: &Setup) -> Result<Box<dyn Engine>> {
+    std::fs::create_dir_all(&setup.dir).context("create data directory")?;
+    Ok(match name {
+        "barracuda" => Box::new(BarracudaEngine::open(setup)?),
+        "redb" => Box::new(RedbEngine::open(setup)?),
+        "lmdb" => Box::new(LmdbEngine::open(setup)?),
+        "sled" => Box::new(SledEngine::open(setup)?),
+        "fjall" => Box::new(FjallEngine::open(setup)?),
+        #[cfg(feature = "rocksdb")]
+        "rocksdb" => Box::new(rocks::RocksEngine::open(setup)?),
+        #[cfg(not(feature = "rocksdb"))]
+        "rocksdb" => bail!("rocksdb: build with --features rocksdb"),
+        other => bail!("unknown engine {other}"),
+    })
+}
+
+/// Bytes of every file under `path` (what the engine keeps on disk,
+/// logs included), as redb's harness counts.
+pub fn directory_bytes(path: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    };
+    entries
+        .flatten()
+        .map(|entry| {
+            let path = entry.path();
+            if path.is_dir() {
+                directory_bytes(&path)
+            } else {
+                entry.metadata().map(|m| m.len()).unwrap_or(0)
+            }
+        })
+        .sum()
+}
+
+// ---------------------------------------------------------------- barracuda
+
+/// Barracuda's batch bound: a `WriteBatch` may log at most 16 MiB, counted
+/// as three page images per operation (`Error::BatchTooLarge`): about 680
+/// operations with 8 KiB blocks, about 340 with uncompressed 16 KiB pages.
+/// Larger transactions are split into batches of this many.
+const BARRACUDA_BATCH_OPS: usize = 300;
+
+struct BarracudaEngine {
+    db: Option<barracuda::Db>,
+    tree: barracuda::Tree,
+}
+
+impl BarracudaEngine {
+    fn open(setup: &Setup) -> Result<Self> {
+        let mut options = barracuda::Db::options();
+        if setup.barracuda_uncompressed {
+            options = options.default_tree_options(
+                barracuda::TreeOptions::default().compression(barracuda::Compression::None),
+            );
+        }
+        let db = options
+            .buffer_pool_bytes(setup.cache_bytes)
+            .durability(barracuda::Durability::Sync)
+            .open(&setup.dir)
+            .context("barracuda open")?;
+        let tree = db.tree("bench").context("barracuda tree")?;
+        Ok(Self { db: Some(db), tree })
+    }
+
+    fn db(&self) -> &barracuda::Db {
+        self.db.as_ref().expect("open until close")
+    }
+}
+
+impl Engine for BarracudaEngine {
+    /// Splits into batches of [`BARRACUDA_BATCH_OPS`]: every batch but the
+    /// last is `NoSync`, the last waits for the log's fsync, which covers
+    /// the earlier ones (one fsync per transaction, like the others).
+    fn commit(&self, ops: &mut dyn Iterator<Item = Op>, durable: bool) -> Result<()> {
+        let mut ops = ops.peekable();
+        loop {
+            let mut batch = barracuda::WriteBatch::new();
+            while batch.len() < BARRACUDA_BATCH_OPS {
+                match ops.next() {
+                    Some(Op::Put(key, value)) => batch.put(&self.tree, &key, &value),
+                    Some(Op::Delete(key)) => batch.delete(&self.tree, &key),
+                    None => break,
+                }
+            }
+            let last = ops.peek().is_none();
+            let durability = if last && durable {
+                barracuda::Durability::Sync
+            } else {
+                barracuda::Durability::NoSync
+            };
+            if !batch.is_empty() {
+                self.db()
+                    .write_with(batch, durability)
+                    .context("barracuda write")?;
+            }
+            if last {
+                return Ok(());
+            }
+        }
+    }
+
+    fn reader(&self) -> Result<Box<dyn Reader + '_>> {
+        Ok(Box::new(BarracudaReader(self.tree.clone())))
+    }
+
+    fn compact(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn counters(&self) -> Option<String> {
+        Some(format!(
+            "{:?} {:?}",
+            self.tree.pool_status(),
+            self.db().log_stats()
+        ))
+    }
+
+    fn close(mut self: Box<Self>) -> Result<()> {
+        let db = self.db.take().expect("open until close");
+        drop(self);
+        db.close().context("barracuda close")
+    }
+}
+
+struct BarracudaReader(barracuda::Tree);
+
+impl Reader for BarracudaReader {
+    fn get(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        Ok(match self.0.get(key)? {
+            Some(value) => {
+                f(&value);
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn scan(&self, from: &[u8], count: usize, f: &mut dyn FnMut(&[u8])) -> Result<usize> {
+        let mut seen = 0;
+        for entry in self.0.range(from..).take(count) {
+            let (_key, value) = entry?;
+            f(&value);
+            seen += 1;
+        }
+        Ok(seen)
+    }
+
+    fn len(&self) -> Result<u64> {
+        let mut count = 0;
+        for entry in self.0.iter() {
+            entry?;
+            count += 1;
+        }
+        Ok(count)
+    }
+}
+
+// ---------------------------------------------------------------- redb
+
+const REDB_TABLE: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("bench");
+
+struct RedbEngine {
+    db: redb::Database,
+}
+
+impl RedbEngine {
+    fn open(setup: &Setup) -> Result<Self> {
+        let db = redb::Database::builder()
+            .set_cache_size(setup.cache_bytes)
+            .create(setup.dir.join("redb.db"))?;
+        Ok(Self { db })
+    }
+}
+
+impl Engine for RedbEngine {
+    /// redb's default durability (`Durability::Immediate`) fsyncs at commit.
+    fn commit(&self, ops: &mut dyn Iterator<Item = Op>, durable: bool) -> Result<()> {
+        let mut txn = self.db.begin_write()?;
+        if !durable {
+            txn.set_durability(redb::Durability::None);
+        }
+        {
+            let mut table = txn.open_table(REDB_TABLE)?;
+            for op in ops {
+                match op {
+                    Op::Put(key, value) => {
+                        table.insert(key.as_slice(), value.as_slice())?;
+                    }
+                    Op::Delete(key) => {
+                        table.remove(key.as_slice())?;
+                    }
+                }
+            }
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    fn reader(&self) -> Result<Box<dyn Reader + '_>> {
+        let txn = self.db.begin_read()?;
+        Ok(Box::new(RedbReader(txn.open_table(REDB_TABLE)?)))
+    }
+
+    fn compact(&mut self) -> Result<bool> {
+        Ok(self.db.compact()?)
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+struct RedbReader(redb::ReadOnlyTable<&'static [u8], &'static [u8]>);
+
+impl Reader for RedbReader {
+    fn get(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        Ok(match self.0.get(key)? {
+            Some(value) => {
+                f(value.value());
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn scan(&self, from: &[u8], count: usize, f: &mut dyn FnMut(&[u8])) -> Result<usize> {
+        let mut seen = 0;
+        for entry in self.0.range(from..)?.take(count) {
+            let (_key, value) = entry?;
+            f(value.value());
+            seen += 1;
+        }
+        Ok(seen)
+    }
+
+    fn len(&self) -> Result<u64> {
+        use redb::ReadableTableMetadata;
+        Ok(self.0.len()?)
+    }
+}
+
+// ---------------------------------------------------------------- LMDB
+
+/// LMDB maps the whole file: room for the largest run.
+const LMDB_MAP_BYTES: usize = 32 << 30;
+
+struct LmdbEngine {
+    env: heed::Env,
+    db: heed::Database<heed::types::Bytes, heed::types::Bytes>,
+}
+
+impl LmdbEngine {
+    /// LMDB has no cache setting of its own: its cache is the OS page cache.
+    /// Default flags: every commit is durable (fsync).
+    fn open(setup: &Setup) -> Result<Self> {
+        // SAFETY: the directory is fresh and opened once by this process.
+        let env = unsafe {
+            heed::EnvOpenOptions::new()
+                .map_size(LMDB_MAP_BYTES)
+                .max_readers(64)
+                .open(&setup.dir)?
+        };
+        let mut txn = env.write_txn()?;
+        let db = env.create_database(&mut txn, None)?;
+        txn.commit()?;
+        Ok(Self { env, db })
+    }
+}
+
+impl Engine for LmdbEngine {
+    fn commit(&self, ops: &mut dyn Iterator<Item = Op>, _durable: bool) -> Result<()> {
+        let mut txn = self.env.write_txn()?;
+        for op in ops {
+            match op {
+                Op::Put(key, value) => self.db.put(&mut txn, &key, &value)?,
+                Op::Delete(key) => {
+                    self.db.delete(&mut txn, &key)?;
+                }
+            }
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    fn reader(&self) -> Result<Box<dyn Reader + '_>> {
+        Ok(Box::new(LmdbReader {
+            txn: self.env.read_txn()?,
+            db: self.db,
+        }))
+    }
+
+    fn compact(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        self.env.force_sync()?;
+        Ok(())
+    }
+}
+
+struct LmdbReader<'e> {
+    txn: heed::RoTxn<'e, heed::WithTls>,
+    db: heed::Database<heed::types::Bytes, heed::types::Bytes>,
+}
+
+impl Reader for LmdbReader<'_> {
+    fn get(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        Ok(match self.db.get(&self.txn, key)? {
+            Some(value) => {
+                f(value);
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn scan(&self, from: &[u8], count: usize, f: &mut dyn FnMut(&[u8])) -> Result<usize> {
+        let mut seen = 0;
+        let range = (std::ops::Bound::Included(from), std::ops::Bound::Unbounded);
+        for entry in self.db.range(&self.txn, &range)?.take(count) {
+            let (_key, value) = entry?;
+            f(value);
+            seen += 1;
+        }
+        Ok(seen)
+    }
+
+    fn len(&self) -> Result<u64> {
+        Ok(self.db.len(&self.txn)?)
+    }
+}
+
+// ---------------------------------------------------------------- sled
+
+struct SledEngine {
+    db: sled::Db,
+}
+
+impl SledEngine {
+    /// Retries while the previous handle's background flusher still holds
+    /// the directory's lock (sled releases it asynchronously after drop).
+    fn open(setup: &Setup) -> Result<Self> {
+        const LOCK_RETRIES: usize = 100;
+        let mut tries = 0;
+        loop {
+            let opened = sled::Config::new()
+                .path(&setup.dir)
+                .cache_capacity(setup.cache_bytes as u64)
+                .open();
+            match opened {
+                Ok(db) => return Ok(Self { db }),
+                Err(_) if tries < LOCK_RETRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+impl Engine for SledEngine {
+    /// `apply_batch` is atomic; `flush` makes it durable (sled's documented
+    /// way: writes are otherwise flushed every 500 ms).
+    fn commit(&self, ops: &mut dyn Iterator<Item = Op>, durable: bool) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        for op in ops {
+            match op {
+                Op::Put(key, value) => batch.insert(key, value),
+                Op::Delete(key) => batch.remove(key),
+            }
+        }
+        self.db.apply_batch(batch)?;
+        if durable {
+            self.db.flush()?;
+        }
+        Ok(())
+    }
+
+    fn reader(&self) -> Result<Box<dyn Reader + '_>> {
+        Ok(Box::new(SledReader(&self.db)))
+    }
+
+    fn compact(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+}
+
+struct SledReader<'a>(&'a sled::Db);
+
+impl Reader for SledReader<'_> {
+    fn get(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        Ok(match self.0.get(key)? {
+            Some(value) => {
+                f(&value);
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn scan(&self, from: &[u8], count: usize, f: &mut dyn FnMut(&[u8])) -> Result<usize> {
+        let mut seen = 0;
+        for entry in self.0.range(from..).take(count) {
+            let (_key, value) = entry?;
+            f(&value);
+            seen += 1;
+        }
+        Ok(seen)
+    }
+
+    fn len(&self) -> Result<u64> {
+        Ok(self.0.len() as u64)
+    }
+}
+
+// ---------------------------------------------------------------- fjall
+
+struct FjallEngine {
+    keyspace: fjall::Keyspace,
+    partition: fjall::PartitionHandle,
+}
+
+impl FjallEngine {
+    fn open(setup: &Setup) -> Result<Self> {
+        let keyspace = fjall::Config::new(&setup.dir)
+            .cache_size(setup.cache_bytes as u64)
+            .open()?;
+        let partition =
+            keyspace.open_partition("bench", fjall::PartitionCreateOptions::default())?;
+        Ok(Self {
+            keyspace,
+            partition,
+        })
+    }
+}
+
+impl Engine for FjallEngine {
+    /// A batch is atomic; `PersistMode::SyncAll` fsyncs the journal.
+    fn commit(&self, ops: &mut dyn Iterator<Item = Op>, durable: bool) -> Result<()> {
+        let mut batch = self.keyspace.batch();
+        if durable {
+            batch = batch.durability(Some(fjall::PersistMode::SyncAll));
+        }
+        for op in ops {
+            match op {
+                Op::Put(key, value) => batch.insert(&self.partition, key, value),
+                Op::Delete(key) => batch.remove(&self.partition, key),
+            }
+        }
+        batch.commit()?;
+        Ok(())
+    }
+
+    fn reader(&self) -> Result<Box<dyn Reader + '_>> {
+        Ok(Box::new(FjallReader(self.partition.snapshot())))
+    }
+
+    fn compact(&mut self) -> Result<bool> {
+        self.partition.major_compact()?;
+        Ok(true)
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        self.keyspace.persist(fjall::PersistMode::SyncAll)?;
+        Ok(())
+    }
+}
+
+struct FjallReader(fjall::Snapshot);
+
+impl Reader for FjallReader {
+    fn get(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        Ok(match self.0.get(key)? {
+            Some(value) => {
+                f(&value);
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn scan(&self, from: &[u8], count: usize, f: &mut dyn FnMut(&[u8])) -> Result<usize> {
+        let mut seen = 0;
+        for entry in self.0.range(from..).take(count) {
+            let (_key, value) = entry?;
+            f(&value);
+            seen += 1;
+        }
+        Ok(seen)
+    }
+
+    fn len(&self) -> Result<u64> {
+        Ok(self.0.len()? as u64)
+    }
+}
+
+// ---------------------------------------------------------------- RocksDB
+
+#[cfg(feature = "rocksdb")]
+mod rocks {
+    use super::{Engine, Op, Reader, Setup};
+    use anyhow::Result;
+
+    pub(super) struct RocksEngine {
+        db: rocksdb::DB,
+        sync: rocksdb::WriteOptions,
+        nosync: rocksdb::WriteOptions,
+    }
+
+    impl RocksEngine {
+        pub(super) fn open(setup: &Setup) -> Result<Self> {
+            let mut table = rocksdb::BlockBasedOptions::default();
+            table.set_block_cache(&rocksdb::Cache::new_lru_cache(setup.cache_bytes));
+            let mut options = rocksdb::Options::default();
+            options.set_block_based_table_factory(&table);
+            options.create_if_missing(true);
+            let db = rocksdb::DB::open(&options, &setup.dir)?;
+            let mut sync = rocksdb::WriteOptions::default();
+            sync.set_sync(true);
+            Ok(Self {
+                db,
+                sync,
+                nosync: rocksdb::WriteOptions::default(),
+            })
+        }
+    }
+
+    impl Engine for RocksEngine {
+        /// A `WriteBatch` is atomic; `set_sync(true)` fsyncs the WAL.
+        fn commit(&self, ops: &mut dyn Iterator<Item = Op>, durable: bool) -> Result<()> {
+            let mut batch = rocksdb::WriteBatch::default();
+            for op in ops {
+                match op {
+                    Op::Put(key, value) => batch.put(key, value),
+                    Op::Delete(key) => batch.delete(key),
+                }
+            }
+            let options = if durable { &self.sync } else { &self.nosync };
+            self.db.write_opt(batch, options)?;
+            Ok(())
+        }
+
+        fn reader(&self) -> Result<Box<dyn Reader + '_>> {
+            Ok(Box::new(RocksReader(&self.db)))
+        }
+
+        fn compact(&mut self) -> Result<bool> {
+            self.db.compact_range::<&[u8], &[u8]>(None, None);
+            Ok(true)
+        }
+
+        fn close(self: Box<Self>) -> Result<()> {
+            self.db.flush()?;
+            Ok(())
+        }
+    }
+
+    struct RocksReader<'a>(&'a rocksdb::DB);
+
+    impl Reader for RocksReader<'_> {
+        fn get(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+            Ok(match self.0.get_pinned(key)? {
+                Some(value) => {
+                    f(&value);
+                    true
+                }
+                None => false,
+            })
+        }
+
+        fn scan(&self, from: &[u8], count: usize, f: &mut dyn FnMut(&[u8])) -> Result<usize> {
+            let mut seen = 0;
+            let mode = rocksdb::IteratorMode::From(from, rocksdb::Direction::Forward);
+            for entry in self.0.iterator(mode).take(count) {
+                let (_key, value) = entry?;
+                f(&value);
+                seen += 1;
+            }
+            Ok(seen)
+        }
+
+        fn len(&self) -> Result<u64> {
+            let mut count = 0;
+            for entry in self.0.iterator(rocksdb::IteratorMode::Start) {
+                entry?;
+                count += 1;
+            }
+            Ok(count)
+        }
+    }
+}
