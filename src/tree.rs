@@ -11,8 +11,13 @@ use crate::db::{DbInner, TreeInner};
 use crate::error::{Error, Result};
 use crate::options::{Durability, TreeOptions};
 
-/// Entries a range iterator copies per descent of the tree.
-const RANGE_CHUNK_ENTRIES: usize = 256;
+/// Entries a range iterator copies on its first descent of the tree: a
+/// short range (`take(10)`) should not copy a whole leaf's worth.
+const RANGE_CHUNK_ENTRIES_FIRST: usize = 16;
+
+/// The most entries a range iterator copies per descent; each refill
+/// doubles the chunk up to this.
+const RANGE_CHUNK_ENTRIES_MAX: usize = 1024;
 
 /// One named tree. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
@@ -111,6 +116,7 @@ impl Tree {
             front_buf: VecDeque::new(),
             back_buf: VecDeque::new(),
             done: false,
+            chunk: RANGE_CHUNK_ENTRIES_FIRST,
         }
     }
 
@@ -251,6 +257,8 @@ pub struct Range {
     front_buf: VecDeque<KeyValue>,
     back_buf: VecDeque<KeyValue>,
     done: bool,
+    /// Entries to copy on the next refill of either end.
+    chunk: usize,
 }
 
 fn below(key: &[u8], bound: &Bound<Vec<u8>>) -> bool {
@@ -278,7 +286,7 @@ impl Range {
             Bound::Included(k) | Bound::Excluded(k) => cursor.seek(k)?,
             Bound::Unbounded => cursor.first()?,
         };
-        while on && self.front_buf.len() < RANGE_CHUNK_ENTRIES {
+        while on && self.front_buf.len() < self.chunk {
             let Some((key, value)) = cursor.entry() else {
                 break;
             };
@@ -292,6 +300,7 @@ impl Range {
             self.front_buf.push_back((key.clone(), value.clone()));
             on = cursor.next()?;
         }
+        self.chunk = (self.chunk * 2).min(RANGE_CHUNK_ENTRIES_MAX);
         match self.front_buf.back() {
             Some((key, _)) => self.front = Bound::Excluded(key.clone()),
             None => self.done = true,
@@ -307,7 +316,7 @@ impl Range {
             Bound::Included(k) | Bound::Excluded(k) => cursor.seek_for_prev(k)?,
             Bound::Unbounded => cursor.last()?,
         };
-        while on && self.back_buf.len() < RANGE_CHUNK_ENTRIES {
+        while on && self.back_buf.len() < self.chunk {
             let Some((key, value)) = cursor.entry() else {
                 break;
             };
@@ -321,6 +330,7 @@ impl Range {
             self.back_buf.push_back((key.clone(), value.clone()));
             on = cursor.prev()?;
         }
+        self.chunk = (self.chunk * 2).min(RANGE_CHUNK_ENTRIES_MAX);
         match self.back_buf.back() {
             Some((key, _)) => self.back = Bound::Excluded(key.clone()),
             None => self.done = true,
