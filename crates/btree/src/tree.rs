@@ -205,6 +205,17 @@ fn check_value(value: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// An overflow chain (being read or freed) must only reach overflow pages.
+fn expect_overflow(p: &[u8], page_id: PageId, doing: &str) -> Result<()> {
+    if page::page_type(p) == Some(PageType::Overflow) {
+        return Ok(());
+    }
+    Err(Error::Corrupted {
+        page_id,
+        reason: format!("{doing} an overflow chain that reaches a non-overflow page"),
+    })
+}
+
 pub(crate) fn expect_node(p: &[u8], page_id: PageId) -> Result<()> {
     match page::page_type(p) {
         Some(PageType::Leaf | PageType::Internal) => Ok(()),
@@ -534,12 +545,7 @@ impl<S: PageStore> Tree<S> {
         let mut next = Some(first);
         while let Some(id) = next {
             let g = self.store.fix_shared(id)?;
-            if page::page_type(&g) != Some(PageType::Overflow) {
-                return Err(Error::Corrupted {
-                    page_id: id,
-                    reason: "overflow chain reaches a non-overflow page".into(),
-                });
-            }
+            expect_overflow(&g, id, "reading")?;
             out.extend_from_slice(page::overflow_payload(&g));
             next = page::right(&g);
             if out.len() > total {
@@ -624,12 +630,7 @@ impl<S: PageStore> Tree<S> {
         let mut next = Some(first);
         while let Some(id) = next {
             let g = self.store.fix_exclusive(id)?;
-            if page::page_type(&g) != Some(PageType::Overflow) {
-                return Err(Error::Corrupted {
-                    page_id: id,
-                    reason: "freeing an overflow chain that reaches a non-overflow page".into(),
-                });
-            }
+            expect_overflow(&g, id, "freeing")?;
             next = page::right(&g);
             self.store.free(g, op)?;
         }
