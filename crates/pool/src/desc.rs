@@ -35,6 +35,10 @@ pub(crate) enum State {
     /// themselves, so the error reaches them as from any miss. Reclaimed
     /// when unpinned.
     Abandoned = 7,
+    /// A compressed pool's clean page whose block was dropped: the frame
+    /// alone, the file holds the block. Only the cost-aware policy makes
+    /// such pages; an exclusive fix reads the block back first.
+    FrameOnly = 8,
 }
 
 impl State {
@@ -47,6 +51,7 @@ impl State {
             4 => State::Frame,
             6 => State::ReadAhead,
             7 => State::Abandoned,
+            8 => State::FrameOnly,
             _ => State::Failed,
         }
     }

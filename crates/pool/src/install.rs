@@ -18,6 +18,13 @@ impl BufferPool {
     pub fn image<'g>(&'g self, guard: &'g SharedGuard<'_>) -> &'g [u8] {
         let d = self.pinned_desc(guard.page_id());
         let desc = &self.descs[d as usize];
+        // Only clean pages are kept without their block, and the log asks
+        // for images of pages an operation just changed.
+        assert!(
+            !self.compressed || desc.block_slot() != crate::arena::NIL,
+            "{}: image of a page kept as its frame alone",
+            guard.page_id()
+        );
         // SAFETY: `guard` holds the page pinned and latched shared, so its
         // block and frame are neither freed nor written while it lives, and
         // the returned slice borrows the guard.

@@ -90,26 +90,33 @@ impl BufferPool {
         let chunk = desc.frame_chunk();
         let slot = desc.block_slot();
         if self.compressed {
-            // Never uncompressed-only: every cached page has its block.
+            // Never uncompressed-only, except a clean page the cost-aware
+            // policy keeps as its frame alone (the file holds its block).
             assert!(
-                matches!(state, State::Compressed | State::Both),
+                matches!(state, State::Compressed | State::Both | State::FrameOnly),
                 "{page_id} in state {state:?}"
             );
-            assert_ne!(slot, NIL, "{page_id} cached without a block");
+            if state == State::FrameOnly {
+                let dirty = inner.dirty[d as usize];
+                assert!(
+                    !dirty.dirty && !dirty.writing,
+                    "{page_id} is dirty without its block"
+                );
+                assert_eq!(slot, NIL, "{page_id} frame-only with a block");
+            } else {
+                assert_ne!(slot, NIL, "{page_id} cached without a block");
+                assert_eq!(
+                    inner.slot_owner[slot as usize], d,
+                    "slot owner of {page_id}"
+                );
+            }
+            let framed = matches!(state, State::Both | State::FrameOnly);
             assert_eq!(
-                inner.slot_owner[slot as usize], d,
-                "slot owner of {page_id}"
-            );
-            assert_eq!(
-                state == State::Both,
+                framed,
                 inner.unzip.contains(d),
                 "{page_id}: frame vs unzip_LRU"
             );
-            assert_eq!(
-                state == State::Both,
-                chunk != NIL,
-                "{page_id}: frame vs state"
-            );
+            assert_eq!(framed, chunk != NIL, "{page_id}: frame vs state");
         } else {
             assert_eq!(state, State::Frame, "{page_id} in state {state:?}");
             assert!(!inner.unzip.contains(d));

@@ -79,7 +79,8 @@ pub use error::{PoolError, Result};
 pub use flush::FlusherHandle;
 pub use guard::{CommitOutcome, ExclusiveGuard, LSN_PENDING, SharedGuard};
 pub use policy::{
-    IO_TO_UNZIP_FACTOR, IntervalCounts, PolicyStatus, STAT_INTERVAL_COUNT, UNZIP_LRU_FLOOR_DIVISOR,
+    FRAMES_ONLY_QUIET_MS, IO_TO_UNZIP_FACTOR, IntervalCounts, PolicyStatus, STAT_INTERVAL_COUNT,
+    UNZIP_LRU_FLOOR_DIVISOR,
 };
 pub use pool::{BufferPool, ManualClock, Services};
 pub use readahead::READ_AHEAD_IN_FLIGHT_DIVISOR;

@@ -33,6 +33,12 @@ const TARGET_STEP_FRAMES_MAX: f64 = 8.0;
 /// The cost-aware target starts at half the LRU with frames, between
 /// InnoDB's two extremes (1:1 with free memory, the 10% floor under pressure).
 const TARGET_SHARE_INITIAL: f64 = 0.5;
+/// At this target (a frame for every page) the cost-aware policy keeps
+/// clean pages as frames alone.
+const TARGET_SHARE_FRAMES_ONLY: f64 = 1.0;
+/// Frames alone are kept only after this long without a read of a
+/// recently evicted page: one InnoDB statistics interval.
+pub const FRAMES_ONLY_QUIET_MS: u64 = STAT_INTERVAL_MS;
 
 /// What to free next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,6 +185,8 @@ pub(crate) struct PolicyState {
     target_share: f64,
     pub(crate) ghost_frame_hits: u64,
     pub(crate) ghost_block_hits: u64,
+    /// Clock time of the last ghost block hit (0 = none).
+    ghost_block_hit_ms: u64,
 }
 
 /// What the cost-aware policy currently believes.
@@ -222,6 +230,7 @@ impl PolicyState {
             target_share: TARGET_SHARE_INITIAL,
             ghost_frame_hits: 0,
             ghost_block_hits: 0,
+            ghost_block_hit_ms: 0,
         }
     }
 
@@ -263,6 +272,25 @@ impl PolicyState {
         }
     }
 
+    /// Whether a clean page should be kept as its frame alone, its block
+    /// dropped (the file holds it). Never under InnoDB's rule. Under the
+    /// cost-aware policy: when every cached page would fit the budget as a
+    /// frame alone (`frames_fit`), so that no page needs decompressing at
+    /// all, and no recently evicted page was read again for
+    /// [`FRAMES_ONLY_QUIET_MS`] (such a read says the working set is larger
+    /// than the frames: blocks, twice as many, may hold it); or when the
+    /// target wants a frame for every page (decompressing costs more than
+    /// reading), where a block beside a frame is wasted memory.
+    pub(crate) fn frames_only(&self, frames_fit: bool, now_ms: u64) -> bool {
+        match self.policy {
+            EvictionPolicy::InnoDb => false,
+            EvictionPolicy::CostAware => {
+                let quiet = now_ms >= self.ghost_block_hit_ms + FRAMES_ONLY_QUIET_MS;
+                (frames_fit && quiet) || self.target_share >= TARGET_SHARE_FRAMES_ONLY
+            }
+        }
+    }
+
     /// A frame was dropped; remember the page.
     pub(crate) fn frame_dropped(&mut self, page_id: PageId) {
         self.ghost_frames.insert(page_id);
@@ -286,12 +314,13 @@ impl PolicyState {
     }
 
     /// A page was read from the file in `cost_ns`.
-    pub(crate) fn missed(&mut self, page_id: PageId, cost_ns: f64, lru_len: u32) {
+    pub(crate) fn missed(&mut self, page_id: PageId, cost_ns: f64, lru_len: u32, now_ms: u64) {
         self.miss_cost.add(cost_ns);
         self.ghost_frames.take(page_id);
         if self.ghost_blocks.take(page_id) {
             // One more block would have saved this read: lower the target.
             self.ghost_block_hits += 1;
+            self.ghost_block_hit_ms = now_ms;
             self.move_target(-self.miss_cost.value_ns, lru_len);
         }
     }
@@ -355,7 +384,7 @@ mod tests {
         assert!(state.target_share > before);
         let raised = state.target_share;
         state.page_evicted(PageId(2));
-        state.missed(PageId(2), 100_000.0, 100);
+        state.missed(PageId(2), 100_000.0, 100, 1);
         assert!(state.target_share < raised);
         // With the share at 10% the floor decides.
         state.target_share = 0.1;

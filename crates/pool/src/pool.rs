@@ -38,6 +38,10 @@ const ZOMBIE_DESC_MARGIN: u32 = 64;
 /// this many times before reporting the pool exhausted; each retry writes
 /// one page, so this also bounds the I/O a single fix can cause.
 const ALLOC_RETRIES_MAX: u32 = 64;
+/// How many framed pages from the unzip_LRU's tail a search for a block to
+/// drop looks at: clean pages with both copies gather there while frames
+/// alone fit, so a longer search would only hold the mutex longer.
+const BLOCK_DROP_SCAN_MAX: u32 = 64;
 
 /// The services a pool needs: the codec, the data file, and the log's
 /// durable LSN for the write-ahead rule.
@@ -256,6 +260,16 @@ impl BufferPool {
         desc.lock(exclusive);
         match desc.state() {
             State::Both | State::Frame => {}
+            State::FrameOnly if !exclusive => {}
+            State::FrameOnly => {
+                // A writer changes the block too: read it back first.
+                if let Err(e) = self.reload_block(d, page_id) {
+                    // SAFETY: locked exclusively above.
+                    unsafe { desc.unlock(true) };
+                    desc.unpin();
+                    return Err(e);
+                }
+            }
             State::Compressed => {
                 if !exclusive {
                     // SAFETY: locked shared just above.
@@ -263,7 +277,7 @@ impl BufferPool {
                     desc.lock(true);
                 }
                 if desc.state() == State::Compressed
-                    && let Err(e) = self.unzip(d, page_id)
+                    && let Err(e) = self.unzip(d, page_id, exclusive)
                 {
                     // SAFETY: locked exclusively above.
                     unsafe { desc.unlock(true) };
@@ -355,8 +369,9 @@ impl BufferPool {
     }
 
     /// Decompresses the block of a pinned, exclusively latched,
-    /// compressed-only page into a new frame.
-    fn unzip(&self, d: u32, page_id: PageId) -> Result<()> {
+    /// compressed-only page into a new frame. For a reader (`!for_writer`)
+    /// the block is then dropped if the policy keeps frames alone.
+    fn unzip(&self, d: u32, page_id: PageId, for_writer: bool) -> Result<()> {
         let desc = &self.descs[d as usize];
         let (inner, chunk) = self.with_memory(page_id, |inner| self.alloc_frame(inner, d))?;
         drop(inner);
@@ -382,6 +397,9 @@ impl BufferPool {
         inner.stats.add_unzip();
         let lru_len = inner.lru.list().len();
         inner.policy.unzipped(page_id, cost_ns, true, lru_len);
+        if !for_writer {
+            self.shed_block_if_frames_only(&mut inner, d);
+        }
         self.counters.unzips.fetch_add(1, Ordering::Relaxed);
         self.counters
             .unzip_time_ns
@@ -566,19 +584,131 @@ impl BufferPool {
 
     /// Frees memory by one step of the eviction policy.
     fn evict_one(&self, inner: &mut Inner) -> Result<(), AllocError> {
-        let victim = inner.policy.choose(
-            inner.lru.list().len(),
-            inner.unzip.len(),
-            self.evict_clock.load(Ordering::Relaxed) != 0,
-            &inner.stats,
-        );
+        let lru_len = inner.lru.list().len();
+        // Room for one more page, the one the memory is for.
+        let frames_only = self.compressed
+            && inner
+                .policy
+                .frames_only(self.frames_fit(lru_len + 1), self.now_ms());
+        if frames_only && self.drop_tail_block(inner) {
+            return Ok(());
+        }
+        let victim = if frames_only {
+            Victim::Page
+        } else {
+            inner.policy.choose(
+                lru_len,
+                inner.unzip.len(),
+                self.evict_clock.load(Ordering::Relaxed) != 0,
+                &inner.stats,
+            )
+        };
         if victim == Victim::Frame && self.drop_tail_frame(inner) {
             return Ok(());
         }
         self.evict_tail_page(inner)
     }
 
-    /// Drops the frame of the least recent unpinned page of the unzip_LRU.
+    /// Whether `page_count` pages would fit the budget as frames alone.
+    fn frames_fit(&self, page_count: u32) -> bool {
+        page_count <= self.arena.chunk_count()
+    }
+
+    /// Drops the block of page `d`, which the caller holds pinned and
+    /// exclusively latched, if it is clean and the policy keeps frames
+    /// alone now.
+    fn shed_block_if_frames_only(&self, inner: &mut Inner, d: u32) {
+        let frames_fit = self.frames_fit(inner.lru.list().len());
+        if inner.policy.frames_only(frames_fit, self.now_ms()) && !inner.dirty[d as usize].dirty {
+            self.shed_block(inner, d);
+        }
+    }
+
+    /// Frees the block of a clean page with a frame, which nobody else can
+    /// reach (pinned and latched by the caller, or unpinned under its shard
+    /// lock): it becomes `FrameOnly`.
+    fn shed_block(&self, inner: &mut Inner, d: u32) {
+        let desc = &self.descs[d as usize];
+        debug_assert_eq!(desc.state(), State::Both);
+        debug_assert!(!inner.dirty[d as usize].dirty && !inner.dirty[d as usize].writing);
+        let slot = desc.block_slot();
+        desc.set_block_slot(NIL);
+        desc.set_state(State::FrameOnly);
+        inner.alloc.free_slot(slot);
+        inner.slot_owner[slot as usize] = NIL;
+        self.counters.blocks_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drops the block of the least recent unpinned clean page that has a
+    /// frame, looking at most [`BLOCK_DROP_SCAN_MAX`] pages from the
+    /// unzip_LRU's tail.
+    fn drop_tail_block(&self, inner: &mut Inner) -> bool {
+        let mut d = inner.unzip.tail();
+        let mut scanned = 0;
+        while d != NIL && scanned < BLOCK_DROP_SCAN_MAX {
+            let dirty = inner.dirty[d as usize];
+            let desc = &self.descs[d as usize];
+            if !dirty.dirty && !dirty.writing && desc.state() == State::Both {
+                let shard = self.table.lock(desc.page_id());
+                if desc.pins() == 0 {
+                    self.shed_block(inner, d);
+                    drop(shard);
+                    return true;
+                }
+            }
+            scanned += 1;
+            d = inner.unzip.prev(d);
+        }
+        false
+    }
+
+    /// Reads the block of a pinned, exclusively latched `FrameOnly` page
+    /// back from the file (the page is clean, so the file holds its block),
+    /// making it `Both` again.
+    fn reload_block(&self, d: u32, page_id: PageId) -> Result<()> {
+        let desc = &self.descs[d as usize];
+        let (inner, slot) = self.with_memory(page_id, |inner| {
+            let slot = self.alloc_slot(inner)?;
+            // Owned from now on, so compaction sees a pinned page's slot
+            // and leaves it alone.
+            inner.slot_owner[slot as usize] = d;
+            Ok(slot)
+        })?;
+        drop(inner);
+        let started = Instant::now();
+        let loaded = {
+            // SAFETY: the slot was just allocated and is reachable by nobody
+            // else; the page is pinned and exclusively latched by us.
+            let block = unsafe { self.block_mut(slot) };
+            let offset = page_id.0 * self.unit_size_bytes as u64;
+            self.services
+                .file
+                .read_at(offset, block)
+                .and_then(|()| self.services.codec.verify(page_id, block))
+        };
+        let read_ns = started.elapsed().as_nanos() as u64;
+        let mut inner = self.inner.lock();
+        if let Err(e) = loaded {
+            inner.alloc.free_slot(slot);
+            inner.slot_owner[slot as usize] = NIL;
+            return Err(e);
+        }
+        desc.set_block_slot(slot);
+        desc.set_state(State::Both);
+        inner.stats.advance(self.now_ms());
+        inner.stats.add_io(1);
+        drop(inner);
+        self.counters
+            .blocks_reloaded
+            .fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .read_time_ns
+            .fetch_add(read_ns, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Drops the frame of the least recent unpinned page of the unzip_LRU
+    /// (a page kept as its frame alone is evicted whole).
     fn drop_tail_frame(&self, inner: &mut Inner) -> bool {
         let mut d = inner.unzip.tail();
         while d != NIL {
@@ -597,6 +727,10 @@ impl BufferPool {
             "frame drop below the unzip_LRU floor"
         );
         let desc = &self.descs[d as usize];
+        if desc.state() == State::FrameOnly {
+            // No block to fall back to: the frame goes with the page.
+            return !inner.dirty[d as usize].dirty && self.try_evict_page(inner, d);
+        }
         let page_id = desc.page_id();
         let shard = self.table.lock(page_id);
         if desc.pins() != 0 {
@@ -839,13 +973,18 @@ impl BufferPool {
                 let lru_len = inner.lru.list().len();
                 inner.stats.advance(self.now_ms());
                 inner.stats.add_io(1);
-                inner.policy.missed(page_id, read_ns, lru_len);
+                inner
+                    .policy
+                    .missed(page_id, read_ns, lru_len, self.now_ms());
                 if self.compressed {
                     inner.stats.add_unzip();
                     inner.policy.unzipped(page_id, unzip_ns, false, lru_len);
                     self.counters
                         .unzip_time_ns
                         .fetch_add(unzip_ns as u64, Ordering::Relaxed);
+                    if !exclusive {
+                        self.shed_block_if_frames_only(&mut inner, d);
+                    }
                 }
                 drop(inner);
                 self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
@@ -1005,7 +1144,8 @@ impl BufferPool {
             return false;
         };
         let above_floor = inner.unzip.len() > PolicyState::floor_len(inner.lru.list().len());
-        if !inner.unzip.contains(d) || !above_floor {
+        let frame_only = self.descs[d as usize].state() == State::FrameOnly;
+        if !inner.unzip.contains(d) || !above_floor || frame_only {
             return false;
         }
         self.try_drop_frame(&mut inner, d)

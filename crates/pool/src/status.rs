@@ -20,6 +20,8 @@ pub(crate) struct Counters {
     pub(crate) unzip_time_ns: AtomicU64,
     pub(crate) read_time_ns: AtomicU64,
     pub(crate) frames_dropped: AtomicU64,
+    pub(crate) blocks_dropped: AtomicU64,
+    pub(crate) blocks_reloaded: AtomicU64,
     pub(crate) pages_evicted: AtomicU64,
     pub(crate) made_young: AtomicU64,
     pub(crate) not_made_young: AtomicU64,
@@ -89,6 +91,12 @@ pub struct PoolStatus {
     pub unzips: u64,
     /// Frames dropped (block kept).
     pub frames_dropped: u64,
+    /// Blocks of clean pages dropped, frame kept (the cost-aware policy
+    /// while frames alone fit, or pay).
+    pub blocks_dropped: u64,
+    /// Blocks read back from the file for a write to a page kept as its
+    /// frame alone.
+    pub blocks_reloaded: u64,
     /// Whole pages evicted.
     pub pages_evicted: u64,
     /// Pages made young.
@@ -171,6 +179,8 @@ impl BufferPool {
             pages_written: c.pages_written.load(Ordering::Relaxed),
             unzips: c.unzips.load(Ordering::Relaxed),
             frames_dropped: c.frames_dropped.load(Ordering::Relaxed),
+            blocks_dropped: c.blocks_dropped.load(Ordering::Relaxed),
+            blocks_reloaded: c.blocks_reloaded.load(Ordering::Relaxed),
             pages_evicted: c.pages_evicted.load(Ordering::Relaxed),
             pages_made_young: c.made_young.load(Ordering::Relaxed),
             pages_not_made_young: c.not_made_young.load(Ordering::Relaxed),
@@ -232,8 +242,12 @@ impl PoolStatus {
         );
         let _ = writeln!(
             out,
-            "Frames dropped {}, pages evicted {}, compactions {}",
-            self.frames_dropped, self.pages_evicted, self.compactions
+            "Frames dropped {}, blocks dropped {} (reloaded {}), pages evicted {}, compactions {}",
+            self.frames_dropped,
+            self.blocks_dropped,
+            self.blocks_reloaded,
+            self.pages_evicted,
+            self.compactions
         );
         let _ = writeln!(
             out,
@@ -289,6 +303,9 @@ pub struct LruEntry {
     pub old: bool,
     /// Has an uncompressed frame (on the unzip_LRU).
     pub has_frame: bool,
+    /// Has its compressed block (false for an uncompressed pool, and for a
+    /// clean page kept as its frame alone).
+    pub has_block: bool,
     /// Has changes not yet written.
     pub dirty: bool,
     /// Fixed by at least one guard.
@@ -310,6 +327,7 @@ impl BufferPool {
                     page_id: desc.page_id(),
                     old: self.old_flags.get(d),
                     has_frame: desc.frame_chunk() != crate::arena::NIL,
+                    has_block: desc.block_slot() != crate::arena::NIL,
                     dirty: inner.dirty[d as usize].dirty,
                     pinned: desc.pins() != 0,
                 }

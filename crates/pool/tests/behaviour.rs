@@ -302,3 +302,141 @@ fn a_page_committed_before_its_lsn_is_known_waits_for_it() {
     assert_eq!(pool.flush_some(8).unwrap(), 1);
     pool.check_invariants();
 }
+
+/// Writes pages `0..count` with their number at offset 100 and makes them
+/// clean (written), then evicts them all, so the next fixes read.
+fn written_pages(pool: &BufferPool, count: u64) {
+    for page in 0..count {
+        let mut guard = pool.create(PageId(page)).unwrap();
+        guard.write(100, &page.to_le_bytes()).unwrap();
+        assert_eq!(guard.commit(Lsn(1)).unwrap(), CommitOutcome::Fits);
+    }
+    pool.flush_all().unwrap();
+    for page in 0..count {
+        assert!(
+            pool.evict(PageId(page)),
+            "page {page} is clean and unpinned"
+        );
+    }
+}
+
+fn read_all(pool: &BufferPool, count: u64) {
+    for page in 0..count {
+        let guard = pool.fix_shared(PageId(page)).unwrap();
+        assert_eq!(guard[100..108], page.to_le_bytes());
+    }
+}
+
+#[test]
+fn cost_aware_keeps_clean_pages_as_frames_alone_while_frames_alone_fit() {
+    // 16 chunks of 4 KiB and 1 KiB blocks: 12 pages fit as frames alone but
+    // not with their blocks (12 x 5 KiB = 60 KiB > 64 KiB less the slabs).
+    let file = Arc::new(MemoryFile::default());
+    let durable = Arc::new(AtomicU64::new(u64::MAX));
+    let compressed = PageFormat::Compressed {
+        block_size_bytes: 1024,
+    };
+    let clock = ManualClock::new();
+    let pool = simple_pool(compressed, 16, file.clone(), durable, Some(clock.clone()));
+    let pages = 14;
+    written_pages(&pool, pages);
+    // Reading the evicted pages again are ghost hits: blocks stay for a
+    // quiet interval.
+    read_all(&pool, pages);
+    assert_eq!(pool.status().blocks_dropped, 0);
+    clock.advance_ms(barracuda_pool::FRAMES_ONLY_QUIET_MS);
+    for _ in 0..3 {
+        read_all(&pool, pages);
+        pool.check_invariants();
+    }
+    let before = pool.status();
+    read_all(&pool, pages);
+    let status = pool.status();
+    assert_eq!(status.lru_len, pages);
+    assert_eq!(status.unzip_lru_len, pages, "every page keeps its frame");
+    assert!(status.blocks_dropped > 0);
+    assert_eq!(
+        status.unzips, before.unzips,
+        "no page decompressed on a hit"
+    );
+    assert_eq!(status.pages_read, pages, "each page read once");
+
+    let frame_only: Vec<PageId> = pool
+        .lru_snapshot()
+        .iter()
+        .filter(|e| e.has_frame && !e.has_block)
+        .map(|e| e.page_id)
+        .collect();
+    // Only as many blocks go as the frames need.
+    assert!(!frame_only.is_empty());
+    assert!(status.block_count < pages);
+    let page = frame_only[0];
+
+    // A writer gets the block back from the file, and its change lands.
+    let mut guard = pool.fix_exclusive(page).unwrap();
+    guard.write(200, b"after").unwrap();
+    assert_eq!(guard.commit(Lsn(2)).unwrap(), CommitOutcome::Fits);
+    drop(guard);
+    assert!(pool.status().blocks_reloaded >= 1);
+    pool.check_invariants();
+    pool.flush_all().unwrap();
+    assert!(pool.evict(page));
+    let guard = pool.fix_shared(page).unwrap();
+    assert_eq!(&guard[200..205], b"after");
+    assert_eq!(guard[100..108], page.0.to_le_bytes());
+    drop(guard);
+    pool.check_invariants();
+
+    // InnoDB's rule never drops a block.
+    let file = Arc::new(MemoryFile::default());
+    let config = PoolConfig::default()
+        .page_size_bytes(4096)
+        .format(compressed)
+        .eviction_policy(barracuda_pool::EvictionPolicy::InnoDb)
+        .buffer_pool_bytes(16 * 4096);
+    let services = Services {
+        codec: Arc::new(SimpleCodec::default()),
+        file,
+        durable_lsn: Arc::new(|| Lsn(u64::MAX)),
+        clock: None,
+    };
+    let innodb = BufferPool::open(config, services).unwrap();
+    written_pages(&innodb, pages);
+    clock.advance_ms(barracuda_pool::FRAMES_ONLY_QUIET_MS);
+    for _ in 0..3 {
+        read_all(&innodb, pages);
+    }
+    let status = innodb.status();
+    assert_eq!(status.blocks_dropped, 0);
+    assert!(status.unzip_lru_len < pages, "InnoDB's rule drops frames");
+    innodb.check_invariants();
+}
+
+#[test]
+fn pages_kept_as_frames_alone_give_way_once_the_working_set_outgrows_the_frames() {
+    let file = Arc::new(MemoryFile::default());
+    let durable = Arc::new(AtomicU64::new(u64::MAX));
+    let compressed = PageFormat::Compressed {
+        block_size_bytes: 1024,
+    };
+    let clock = ManualClock::new();
+    let pool = simple_pool(compressed, 16, file, durable, Some(clock.clone()));
+    written_pages(&pool, 40);
+    read_all(&pool, 14);
+    clock.advance_ms(barracuda_pool::FRAMES_ONLY_QUIET_MS);
+    read_all(&pool, 14);
+    read_all(&pool, 14);
+    assert!(pool.status().blocks_dropped > 0);
+    // 40 pages of 1 KiB blocks fit 64 KiB only as blocks: frame-only pages
+    // must be evicted (they have no block to fall back to).
+    for _ in 0..4 {
+        read_all(&pool, 40);
+        pool.check_invariants();
+    }
+    let status = pool.status();
+    assert!(
+        status.lru_len > 16,
+        "more pages cached than frames fit: {}",
+        status.lru_len
+    );
+}
