@@ -185,8 +185,8 @@ pub(crate) struct PolicyState {
     target_share: f64,
     pub(crate) ghost_frame_hits: u64,
     pub(crate) ghost_block_hits: u64,
-    /// Clock time of the last ghost block hit (0 = none).
-    ghost_block_hit_ms: u64,
+    /// Clock time of the last ghost block hit.
+    ghost_block_hit_ms: Option<u64>,
 }
 
 /// What the cost-aware policy currently believes.
@@ -230,7 +230,7 @@ impl PolicyState {
             target_share: TARGET_SHARE_INITIAL,
             ghost_frame_hits: 0,
             ghost_block_hits: 0,
-            ghost_block_hit_ms: 0,
+            ghost_block_hit_ms: None,
         }
     }
 
@@ -285,7 +285,9 @@ impl PolicyState {
         match self.policy {
             EvictionPolicy::InnoDb => false,
             EvictionPolicy::CostAware => {
-                let quiet = now_ms >= self.ghost_block_hit_ms + FRAMES_ONLY_QUIET_MS;
+                let quiet = self
+                    .ghost_block_hit_ms
+                    .is_none_or(|hit_ms| now_ms >= hit_ms + FRAMES_ONLY_QUIET_MS);
                 (frames_fit && quiet) || self.target_share >= TARGET_SHARE_FRAMES_ONLY
             }
         }
@@ -320,7 +322,7 @@ impl PolicyState {
         if self.ghost_blocks.take(page_id) {
             // One more block would have saved this read: lower the target.
             self.ghost_block_hits += 1;
-            self.ghost_block_hit_ms = now_ms;
+            self.ghost_block_hit_ms = Some(now_ms);
             self.move_target(-self.miss_cost.value_ns, lru_len);
         }
     }
