@@ -531,6 +531,12 @@ pub struct Measured {
     pub unzip_lru_share: f64,
     /// Frames dropped per second.
     pub frames_dropped_per_s: f64,
+    /// Blocks of clean pages dropped per second (the page keeps its frame
+    /// alone: `CostAware` while frames alone fit).
+    pub blocks_dropped_per_s: f64,
+    /// Cached compressed blocks at the end (`LRU len` minus this is the
+    /// number of pages kept as their frame alone).
+    pub block_count: u64,
     /// Whole pages evicted per second.
     pub pages_evicted_per_s: f64,
     /// User + system CPU of the process per query, µs (getrusage).
@@ -596,8 +602,8 @@ fn timed(
         let warm_ms = warm_start.elapsed().as_millis() as u64;
         let gets = now.page_gets.saturating_sub(before.page_gets).max(1);
         let reads = now.pages_read.saturating_sub(before.pages_read);
-        let evicting =
-            now.pages_evicted + now.frames_dropped > before.pages_evicted + before.frames_dropped;
+        let freed = |s: &PoolStatus| s.pages_evicted + s.frames_dropped + s.blocks_dropped;
+        let evicting = freed(&now) > freed(&before);
         let settled = evicting || (reads as f64) <= WARM_MISS_SHARE_MAX * gets as f64;
         before = now;
         if stop.load(Ordering::Relaxed)
@@ -661,6 +667,8 @@ fn derive(
         unzip_lru_len: b.unzip_lru_len,
         unzip_lru_share: b.unzip_lru_len as f64 / b.lru_len.max(1) as f64,
         frames_dropped_per_s: per_s(a.frames_dropped, b.frames_dropped),
+        blocks_dropped_per_s: per_s(a.blocks_dropped, b.blocks_dropped),
+        block_count: b.block_count,
         pages_evicted_per_s: per_s(a.pages_evicted, b.pages_evicted),
         cpu_us_per_query: cpu_us as f64 / queries.max(1) as f64,
         target_frame_share_per_mille: b.policy.target_frame_share_per_mille,

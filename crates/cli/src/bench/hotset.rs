@@ -307,7 +307,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
 fn print_table(points: &[HotsetPoint]) {
     println!(
-        "{:<20} {:>8} {:>6} {:>10} {:>7} {:>9} {:>9} {:>7} {:>9} {:>8}",
+        "{:<20} {:>8} {:>6} {:>10} {:>7} {:>9} {:>9} {:>7} {:>9} {:>7} {:>8}",
         "config",
         "hot_keys",
         "x16K",
@@ -317,12 +317,13 @@ fn print_table(points: &[HotsetPoint]) {
         "I/Os/s",
         "LRU",
         "unzip_LRU",
+        "blocks",
         "cpu_us/q"
     );
     for p in points {
         let m = &p.measured;
         println!(
-            "{:<20} {:>8} {:>6.2} {:>10.0} {:>7.2} {:>9.0} {:>9.0} {:>7} {:>9} {:>8.1}",
+            "{:<20} {:>8} {:>6.2} {:>10.0} {:>7.2} {:>9.0} {:>9.0} {:>7} {:>9} {:>7} {:>8.1}",
             p.config,
             p.hot_keys,
             p.hot_over_capacity_16k,
@@ -332,6 +333,7 @@ fn print_table(points: &[HotsetPoint]) {
             m.ios_per_s,
             m.lru_len,
             m.unzip_lru_len,
+            m.block_count,
             m.cpu_us_per_query
         );
     }

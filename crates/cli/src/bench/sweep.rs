@@ -439,7 +439,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
 fn print_table(points: &[SweepPoint]) {
     println!(
-        "{:<24} {:>8} {:>4} {:>10} {:>7} {:>9} {:>9} {:>7} {:>9} {:>8} {:>7}",
+        "{:<24} {:>8} {:>4} {:>10} {:>7} {:>9} {:>9} {:>7} {:>9} {:>7} {:>8} {:>7}",
         "config",
         "range",
         "zone",
@@ -449,13 +449,14 @@ fn print_table(points: &[SweepPoint]) {
         "I/Os/s",
         "LRU",
         "unzip_LRU",
+        "blocks",
         "cpu_us/q",
         "target"
     );
     for p in points {
         let m = &p.measured;
         println!(
-            "{:<24} {:>8} {:>4} {:>10.0} {:>7.2} {:>9.0} {:>9.0} {:>7} {:>9} {:>8.1} {:>7}",
+            "{:<24} {:>8} {:>4} {:>10.0} {:>7.2} {:>9.0} {:>9.0} {:>7} {:>9} {:>7} {:>8.1} {:>7}",
             p.config,
             p.range_rows,
             p.zone,
@@ -465,6 +466,7 @@ fn print_table(points: &[SweepPoint]) {
             m.ios_per_s,
             m.lru_len,
             m.unzip_lru_len,
+            m.block_count,
             m.cpu_us_per_query,
             if p.eviction == "CostAware" && p.codec != "none" {
                 format!("{}", m.target_frame_share_per_mille)
