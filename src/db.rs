@@ -428,7 +428,8 @@ fn open_pool(
         .format(format)
         .buffer_pool_bytes(options.buffer_pool_bytes)
         .eviction_policy(options.eviction_policy);
-    let pool = Arc::new(BufferPool::open(config, services)?);
+    // Shared, so that read-ahead is installed on the pool's own thread.
+    let pool = BufferPool::open_shared(config, services)?;
     Ok((pool, file))
 }
 
