@@ -223,7 +223,8 @@ impl Db {
             .backend(options.io_backend)
             .flush_method(options.flush_method)
             .read_io_threads(options.read_io_threads)
-            .write_io_threads(options.write_io_threads);
+            .write_io_threads(options.write_io_threads)
+            .queue_depth(options.io_queue_depth);
         let durable = Arc::new(WalDurable::default());
         let mut pools = HashMap::new();
         for entry in &catalog.trees {
