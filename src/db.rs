@@ -223,7 +223,8 @@ impl Db {
             .backend(options.io_backend)
             .flush_method(options.flush_method)
             .read_io_threads(options.read_io_threads)
-            .write_io_threads(options.write_io_threads);
+            .write_io_threads(options.write_io_threads)
+            .queue_depth(options.io_queue_depth);
         let durable = Arc::new(WalDurable::default());
         let mut pools = HashMap::new();
         for entry in &catalog.trees {
@@ -428,7 +429,8 @@ fn open_pool(
         .format(format)
         .buffer_pool_bytes(options.buffer_pool_bytes)
         .eviction_policy(options.eviction_policy);
-    let pool = Arc::new(BufferPool::open(config, services)?);
+    // Shared, so that read-ahead is installed on the pool's own thread.
+    let pool = BufferPool::open_shared(config, services)?;
     Ok((pool, file))
 }
 

@@ -48,5 +48,7 @@ pub use batch::WriteBatch;
 pub use catalog::CATALOG_FILE_NAME;
 pub use db::{Db, LOG_FILE_NAME};
 pub use error::{Error, Result};
-pub use options::{Compression, Durability, FileWrapper, Options, TreeOptions};
+pub use options::{
+    Compression, Durability, FileWrapper, IO_QUEUE_DEPTH_DEFAULT, Options, TreeOptions,
+};
 pub use tree::{KeyValue, Range, Tree};

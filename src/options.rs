@@ -13,6 +13,11 @@ use serde::{Deserialize, Serialize};
 use crate::db::Db;
 use crate::error::{Error, Result};
 
+/// Default requests in flight per I/O thread: the file layer's default ring
+/// depth, at which one thread already reaches fio's depth-32 IOPS on the
+/// development machine's disk (`docs/benchmarks.md`, "I/O").
+pub const IO_QUEUE_DEPTH_DEFAULT: u32 = 32;
+
 /// When a write is durable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Durability {
@@ -154,6 +159,7 @@ pub struct Options {
     pub(crate) default_tree: TreeOptions,
     pub(crate) file_wrapper: Option<FileWrapper>,
     pub(crate) read_ahead_pages: usize,
+    pub(crate) io_queue_depth: u32,
 }
 
 impl Default for Options {
@@ -174,6 +180,7 @@ impl Default for Options {
             default_tree: TreeOptions::default(),
             file_wrapper: None,
             read_ahead_pages: 0,
+            io_queue_depth: IO_QUEUE_DEPTH_DEFAULT,
         }
     }
 }
@@ -201,6 +208,16 @@ impl Options {
     #[must_use]
     pub fn read_io_threads(mut self, count: usize) -> Self {
         self.read_io_threads = count;
+        self
+    }
+
+    /// Requests each I/O thread keeps in flight (the entries of its
+    /// io_uring), 1..=`barracuda_io::QUEUE_DEPTH_MAX`. Default = 32. With
+    /// `read_io_threads`, it bounds how many reads ahead reach the device
+    /// at once; the pread backend ignores it (one request per thread).
+    #[must_use]
+    pub fn io_queue_depth(mut self, depth: u32) -> Self {
+        self.io_queue_depth = depth;
         self
     }
 
@@ -320,6 +337,13 @@ impl Options {
             return invalid(format!(
                 "read and write I/O threads must be 1..=64, not {} and {}",
                 self.read_io_threads, self.write_io_threads
+            ));
+        }
+        if !(1..=barracuda_io::QUEUE_DEPTH_MAX).contains(&self.io_queue_depth) {
+            return invalid(format!(
+                "io_queue_depth must be 1..={}, not {}",
+                barracuda_io::QUEUE_DEPTH_MAX,
+                self.io_queue_depth
             ));
         }
         if self.log_bytes < (1 << 20) {

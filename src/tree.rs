@@ -120,6 +120,55 @@ impl Tree {
         }
     }
 
+    /// Calls `visit(key, value)` on every entry with a key in `range`, in
+    /// key order, until `visit` returns false; the cheap way to read a range
+    /// when only part of each entry matters.
+    ///
+    /// Unlike [`Tree::range`], nothing is allocated per entry (only values
+    /// stored in overflow pages are read into a buffer): each leaf's entries
+    /// in the range are copied once into one reused buffer, and `visit` gets
+    /// slices of it, valid for the call. No latch is held while `visit`
+    /// runs, so it may read or write this tree; entries written during the
+    /// scan may or may not be visited. Reads ahead like a range (the
+    /// database's `read_ahead_pages`).
+    ///
+    /// ```no_run
+    /// # let db = barracuda::Db::options().open("/var/lib/myapp/db")?;
+    /// let tree = db.tree("t")?;
+    /// for (k, v) in [(b"a", 3u8), (b"b", 1), (b"c", 2)] {
+    ///     tree.put(k, &[v])?;
+    /// }
+    /// let mut min = u8::MAX;
+    /// tree.scan(b"a".as_slice()..b"c".as_slice(), |_key, value| {
+    ///     min = min.min(value[0]);
+    ///     true
+    /// })?;
+    /// assert_eq!(min, 1);
+    /// # Ok::<(), barracuda::Error>(())
+    /// ```
+    pub fn scan<K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &self,
+        range: R,
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.db.check_open()?;
+        let start = range.start_bound().map(AsRef::as_ref);
+        let end = range.end_bound().map(AsRef::as_ref);
+        Ok(self.inner.tree.scan(start, end, visit)?)
+    }
+
+    /// [`Tree::scan`] in descending key order. Does not read ahead.
+    pub fn scan_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &self,
+        range: R,
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.db.check_open()?;
+        let start = range.start_bound().map(AsRef::as_ref);
+        let end = range.end_bound().map(AsRef::as_ref);
+        Ok(self.inner.tree.scan_rev(start, end, visit)?)
+    }
+
     /// Every entry, in key order.
     pub fn iter(&self) -> Range {
         self.range::<&[u8], _>(..)

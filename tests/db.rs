@@ -297,3 +297,82 @@ fn pages_kept_as_frames_alone_take_writes_and_survive_reopen() {
     }
     db.check().unwrap();
 }
+
+/// `Tree::scan` and `Tree::scan_rev` against `Tree::range` and a model, on
+/// random bounds of every kind, with values inline and in overflow pages.
+#[test]
+fn scans_agree_with_ranges_and_the_model() {
+    use std::ops::Bound;
+    let dir = tempdir();
+    let db = small().open(dir.path()).unwrap();
+    let tree = db.tree("s").unwrap();
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut model = BTreeMap::new();
+    for step in 0..3000u64 {
+        let i = rng.random_range(0..1500);
+        let mut v = value(&mut rng, step);
+        if step % 50 == 0 {
+            v = vec![b'o'; 5000 + step as usize];
+        }
+        tree.put(&key(i), &v).unwrap();
+        model.insert(key(i), v);
+    }
+    let bound = |rng: &mut SmallRng| -> Bound<Vec<u8>> {
+        let k = key(rng.random_range(0..1600));
+        match rng.random_range(0..3) {
+            0 => Bound::Included(k),
+            1 => Bound::Excluded(k),
+            _ => Bound::Unbounded,
+        }
+    };
+    for _ in 0..200 {
+        let (start, end) = (bound(&mut rng), bound(&mut rng));
+        let in_range = |k: &[u8]| {
+            let after = match &start {
+                Bound::Included(s) => k >= s.as_slice(),
+                Bound::Excluded(s) => k > s.as_slice(),
+                Bound::Unbounded => true,
+            };
+            let before = match &end {
+                Bound::Included(e) => k <= e.as_slice(),
+                Bound::Excluded(e) => k < e.as_slice(),
+                Bound::Unbounded => true,
+            };
+            after && before
+        };
+        let expected: Vec<(Vec<u8>, Vec<u8>)> = model
+            .iter()
+            .filter(|(k, _)| in_range(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut scanned = Vec::new();
+        tree.scan((start.clone(), end.clone()), |k, v| {
+            scanned.push((k.to_vec(), v.to_vec()));
+            true
+        })
+        .unwrap();
+        assert!(scanned == expected, "scan {start:?}..{end:?}");
+        let ranged: Vec<_> = tree
+            .range((start.clone(), end.clone()))
+            .map(Result::unwrap)
+            .collect();
+        assert!(ranged == scanned, "range {start:?}..{end:?}");
+        let mut reversed = Vec::new();
+        tree.scan_rev((start.clone(), end.clone()), |k, v| {
+            reversed.push((k.to_vec(), v.to_vec()));
+            true
+        })
+        .unwrap();
+        reversed.reverse();
+        assert!(reversed == expected, "scan_rev {start:?}..{end:?}");
+        // Stopping early visits a prefix.
+        let mut first_three = Vec::new();
+        tree.scan((start.clone(), end.clone()), |k, _| {
+            first_three.push(k.to_vec());
+            first_three.len() < 3
+        })
+        .unwrap();
+        let keys: Vec<_> = expected.iter().take(3).map(|(k, _)| k.clone()).collect();
+        assert_eq!(first_three, keys);
+    }
+}

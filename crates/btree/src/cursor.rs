@@ -46,7 +46,7 @@ pub struct Cursor<'t, S: PageStore> {
 
 /// The leaf a forward batch came from, and what read-ahead needs to know
 /// about the leaves after it.
-struct Visited {
+pub(crate) struct Visited {
     leaf: PageId,
     /// Up to `read_ahead_pages` leaves after it under its parent.
     following: Vec<PageId>,
@@ -140,28 +140,9 @@ impl<'t, S: PageStore> Cursor<'t, S> {
         Ok(self.set_forward(batch))
     }
 
-    /// The scan reached `visited.leaf`: forget the hinted leaves up to it,
-    /// and once none is left, hint the next window.
+    /// The scan reached `visited.leaf`: see [`hint_ahead`].
     fn read_ahead(&mut self, visited: Visited) {
-        match self.hinted.iter().position(|&h| h == visited.leaf) {
-            Some(i) => drop(self.hinted.drain(..=i)),
-            // Not where the last window led (a seek, or the tree changed).
-            None => self.hinted.clear(),
-        }
-        if !self.hinted.is_empty() {
-            return;
-        }
-        let window: Vec<PageId> = if visited.following.is_empty() {
-            // The parent's last child: the next leaf is under the next
-            // parent, and only this leaf's link knows it.
-            visited.right.into_iter().collect()
-        } else {
-            visited.following
-        };
-        if !window.is_empty() {
-            self.tree.store.prefetch(&window);
-            self.hinted.extend(window);
-        }
+        hint_ahead(self.tree.store.as_ref(), &mut self.hinted, visited);
     }
 
     /// Moves to the previous key; false (and off the tree) at the start.
@@ -179,7 +160,7 @@ impl<'t, S: PageStore> Cursor<'t, S> {
     }
 }
 
-fn above(key: &[u8], bound: Bound<&[u8]>) -> bool {
+pub(crate) fn above(key: &[u8], bound: Bound<&[u8]>) -> bool {
     match bound {
         Bound::Included(b) => key >= b,
         Bound::Excluded(b) => key > b,
@@ -187,11 +168,35 @@ fn above(key: &[u8], bound: Bound<&[u8]>) -> bool {
     }
 }
 
-fn below(key: &[u8], bound: Bound<&[u8]>) -> bool {
+pub(crate) fn below(key: &[u8], bound: Bound<&[u8]>) -> bool {
     match bound {
         Bound::Included(b) => key <= b,
         Bound::Excluded(b) => key < b,
         Bound::Unbounded => true,
+    }
+}
+
+/// A forward scan reached `visited.leaf`: forget the leaves hinted up to
+/// it, and once none is left, hint the next window (see the module docs).
+pub(crate) fn hint_ahead<S: PageStore>(store: &S, hinted: &mut VecDeque<PageId>, visited: Visited) {
+    match hinted.iter().position(|&h| h == visited.leaf) {
+        Some(i) => drop(hinted.drain(..=i)),
+        // Not where the last window led (a seek, or the tree changed).
+        None => hinted.clear(),
+    }
+    if !hinted.is_empty() {
+        return;
+    }
+    let window: Vec<PageId> = if visited.following.is_empty() {
+        // The parent's last child: the next leaf is under the next
+        // parent, and only this leaf's link knows it.
+        visited.right.into_iter().collect()
+    } else {
+        visited.following
+    };
+    if !window.is_empty() {
+        store.prefetch(&window);
+        hinted.extend(window);
     }
 }
 
@@ -215,6 +220,24 @@ impl<S: PageStore> Tree<S> {
         bound: Bound<&[u8]>,
         read_ahead: usize,
     ) -> Result<(Vec<Entry>, Visited)> {
+        let mut entries = Vec::new();
+        let visited = self.forward_leaf(bound, read_ahead, &mut |p| {
+            entries = self.leaf_entries(p, |k| above(k, bound))?;
+            Ok(!entries.is_empty())
+        })?;
+        Ok((entries, visited))
+    }
+
+    /// Hands `take` the first leaf (latched shared) whose keys go past
+    /// `bound`: `take` returns whether the leaf has a key past it, and if
+    /// not, the walk moves right. Returns that leaf (with up to
+    /// `read_ahead` leaves after it under its parent).
+    pub(crate) fn forward_leaf(
+        &self,
+        bound: Bound<&[u8]>,
+        read_ahead: usize,
+        take: &mut dyn FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<Visited> {
         // A move past a leaf's last key descends to that leaf and steps
         // right: one more id than the window, for the one stepped onto.
         let ids_max = if read_ahead > 0 { read_ahead + 1 } else { 0 };
@@ -226,19 +249,15 @@ impl<S: PageStore> Tree<S> {
             }
         };
         loop {
-            let entries = self.leaf_entries(&g, |k| above(k, bound))?;
+            let found = take(&g)?;
             let right = page::right(&g);
-            let Some(next) = right.filter(|_| entries.is_empty()) else {
-                let leaf = id;
+            let Some(next) = right.filter(|_| !found) else {
                 following.truncate(read_ahead);
-                return Ok((
-                    entries,
-                    Visited {
-                        leaf,
-                        following,
-                        right,
-                    },
-                ));
+                return Ok(Visited {
+                    leaf: id,
+                    following,
+                    right,
+                });
             };
             // Coupling: latch the right sibling before releasing this leaf.
             let ng = self.store.fix_shared(next)?;
@@ -255,14 +274,30 @@ impl<S: PageStore> Tree<S> {
 
     /// The entries before `bound` in the last leaf that has any.
     fn collect_backward(&self, bound: Bound<&[u8]>) -> Result<Vec<Entry>> {
+        let mut entries = Vec::new();
+        self.backward_leaf(bound, &mut |p| {
+            entries = self.leaf_entries(p, |k| below(k, bound))?;
+            Ok(!entries.is_empty())
+        })?;
+        Ok(entries)
+    }
+
+    /// Hands `take` the last leaf (latched shared) whose keys go before
+    /// `bound`: `take` returns whether the leaf has a key before it, and if
+    /// not, the walk moves left (never latching right to left while holding
+    /// a latch; see the module docs).
+    pub(crate) fn backward_leaf(
+        &self,
+        bound: Bound<&[u8]>,
+        take: &mut dyn FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<()> {
         'descend: loop {
             let (g, mut came_from) = match bound {
                 Bound::Included(k) | Bound::Excluded(k) => self.leaf_shared(k)?,
                 Bound::Unbounded => self.edge_leaf_shared(true)?,
             };
-            let entries = self.leaf_entries(&g, |k| below(k, bound))?;
-            if !entries.is_empty() {
-                return Ok(entries);
+            if take(&g)? {
+                return Ok(());
             }
             let mut left = page::left(&g);
             drop(g);
@@ -271,14 +306,13 @@ impl<S: PageStore> Tree<S> {
                 if !page::is_leaf(&lg) || page::right(&lg) != Some(came_from) {
                     continue 'descend;
                 }
-                let entries = self.leaf_entries(&lg, |k| below(k, bound))?;
-                if !entries.is_empty() {
-                    return Ok(entries);
+                if take(&lg)? {
+                    return Ok(());
                 }
                 came_from = id;
                 left = page::left(&lg);
             }
-            return Ok(Vec::new());
+            return Ok(());
         }
     }
 }

@@ -69,6 +69,7 @@ pub mod cursor;
 mod error;
 pub mod page;
 pub mod pool_store;
+pub mod scan;
 pub mod store;
 mod tree;
 

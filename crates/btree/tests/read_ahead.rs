@@ -203,3 +203,39 @@ fn zero_disables_read_ahead() {
     }
     assert!(hints(&tree).is_empty());
 }
+
+#[test]
+fn a_visitor_scan_hints_what_a_cursor_hints() {
+    let cursor_tree = tree(8);
+    let mut c = cursor_tree.cursor();
+    let mut ok = c.first().unwrap();
+    while ok {
+        ok = c.next().unwrap();
+    }
+    let scan_tree = tree(8);
+    let mut count = 0;
+    scan_tree
+        .scan(
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            |_, _| {
+                count += 1;
+                true
+            },
+        )
+        .unwrap();
+    assert_eq!(count, KEYS);
+    let (leaves, _) = leaves(&scan_tree);
+    assert_eq!(hints(&scan_tree).concat(), leaves[2..].to_vec());
+    assert_eq!(hints(&scan_tree), hints(&cursor_tree));
+    // Backward scans hint nothing.
+    let before = hints(&scan_tree).len();
+    scan_tree
+        .scan_rev(
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            |_, _| true,
+        )
+        .unwrap();
+    assert_eq!(hints(&scan_tree).len(), before);
+}

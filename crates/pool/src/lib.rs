@@ -83,5 +83,5 @@ pub use policy::{
     UNZIP_LRU_FLOOR_DIVISOR,
 };
 pub use pool::{BufferPool, ManualClock, Services};
-pub use readahead::READ_AHEAD_IN_FLIGHT_DIVISOR;
+pub use readahead::{READ_AHEAD_IN_FLIGHT_DIVISOR, READ_AHEAD_WAIT_STRIPES};
 pub use status::{CodecCounters, LruEntry, PoolStatus};

@@ -4,24 +4,56 @@
 //!
 //! A page being read ahead is in the page table in state `ReadAhead`,
 //! pinned and exclusively latched on behalf of the read (no thread owns
-//! that latch). Completions arrive on the pool's queue and are installed by
-//! whichever thread calls into the pool next: `prefetch` itself, a fix that
-//! finds the page in flight (it waits by installing completions, so the
-//! page is read once), or an allocation that ran out of memory. Installing
-//! takes the pool mutex and never a page latch, so a fix waiting for it can
-//! hold latches of other pages.
+//! that latch). Installing a completion copies the read into the page,
+//! verifies it, publishes it on the LRU and releases that latch; it takes
+//! the pool mutex and a table shard (for a failed read), never a page
+//! latch, so it fits the pool's lock order below any latch a fixing thread
+//! holds.
+//!
+//! Who installs completions depends on how the pool was opened:
+//!
+//! - **Installer thread** (a pool from [`BufferPool::open_shared`], as the
+//!   database opens it): the first `prefetch` starts one pool-owned thread,
+//!   `bcuda-readahead`, that blocks on the completion queue and installs
+//!   every completion as it arrives. Client threads never install. A fix
+//!   that finds its page in flight parks until that page (and only that
+//!   page) is installed, then latches it: it does not queue behind other
+//!   pages' installs. It parks on a condition variable of one of
+//!   [`READ_AHEAD_WAIT_STRIPES`] stripes (by descriptor), not on the page
+//!   latch: a latch waiter spins and calls `sched_yield` before it parks,
+//!   and with 16 clients waiting ~100 µs for reads those yields took a
+//!   third of the process's CPU. A stripe's mutex is a leaf lock (nothing
+//!   is taken while holding it). The thread holds the pool only
+//!   weakly between completions, and stops when the pool is dropped (the
+//!   drop wakes it and joins it, unless the drop runs on the thread itself,
+//!   which then exits on its own).
+//! - **Caller installs** (a pool from [`BufferPool::open`], not behind an
+//!   `Arc`): completions are installed by whichever thread calls into the
+//!   pool next: `prefetch` itself, a fix that finds the page in flight (it
+//!   waits by installing completions, one installer at a time, so the page
+//!   is read once), or an allocation that ran out of memory. This is the
+//!   deterministic mode the tests and the fuzzer use with files that
+//!   complete reads inline.
+//!
+//! The first design installed by callers only; with 16 clients each fix of
+//! a page in flight queued behind the others' installs on one mutex, and
+//! read-ahead halved the range-scan rate (`docs/benchmarks.md`,
+//! "iothreads").
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use barracuda_codec::PageId;
-use barracuda_io::{Completion, CompletionQueue, IoRequest};
-use parking_lot::Mutex;
+use barracuda_io::{AlignedBuf, Completion, CompletionQueue, IoRequest};
+use parking_lot::{Condvar, Mutex};
 
 use crate::arena::NIL;
+use crate::config::PoolConfig;
 use crate::desc::State;
-use crate::error::PoolError;
-use crate::pool::{AllocError, BufferPool, Inner, PageMemory};
+use crate::error::{PoolError, Result};
+use crate::pool::{AllocError, BufferPool, Inner, PageMemory, Services};
 
 /// At most this fraction (1/n) of the pool's block slots may be held by
 /// read-ahead reads in flight, so that a large prefetch cannot pin the
@@ -29,25 +61,138 @@ use crate::pool::{AllocError, BufferPool, Inner, PageMemory};
 /// reads exceed half the pool; a quarter leaves room for misses too).
 pub const READ_AHEAD_IN_FLIGHT_DIVISOR: u32 = 4;
 
-/// How long a fix waiting for a page read ahead sleeps on the completion
-/// queue before looking at the page again (another thread may have
-/// installed it meanwhile): short, since it only bounds that hand-over.
+/// How long a fix waiting for a page read ahead (caller-installs mode)
+/// sleeps on the completion queue before looking at the page again
+/// (another thread may have installed it meanwhile): short, since it only
+/// bounds that hand-over.
 const READ_AHEAD_WAIT_STEP: Duration = Duration::from_millis(1);
 
-/// Read-ahead state of a pool.
+/// Condition variables fixes wait on for pages in flight (installer-thread
+/// mode), chosen by descriptor: more than the client threads a process
+/// plausibly runs, so waiters of different pages rarely share one (they
+/// would only wake each other for a recheck).
+pub const READ_AHEAD_WAIT_STRIPES: usize = 64;
+
+/// One stripe: a waiter checks its page's state under `lock`, and the
+/// installer takes `lock` after changing a state and before notifying, so
+/// no wake-up is lost.
 #[derive(Default)]
+struct WaitStripe {
+    lock: Mutex<()>,
+    installed: Condvar,
+}
+
+/// Tag of the completion that tells the installer thread to exit. Real
+/// tags are descriptor indexes (u32), so this one cannot collide.
+const STOP_TAG: u64 = u64::MAX;
+
+/// Read-ahead state of a pool.
 pub(crate) struct ReadAhead {
-    /// Completions of read-ahead reads.
-    queue: CompletionQueue,
+    /// Completions of read-ahead reads (shared with the installer thread,
+    /// which must not keep the pool alive while it waits).
+    queue: Arc<CompletionQueue>,
     /// Reads submitted and not yet installed.
     in_flight: AtomicU32,
-    /// Held while installing completions: one installer at a time, so a
-    /// waiter knows its page's completion is not in another thread's hands
-    /// once it holds this and the page is still in flight.
+    /// Caller-installs mode: held while installing completions, one
+    /// installer at a time, so a waiter knows its page's completion is not
+    /// in another thread's hands once it holds this and the page is still
+    /// in flight.
     installer: Mutex<()>,
+    /// The pool itself, weakly, when it was opened behind an `Arc`: what
+    /// the installer thread runs on.
+    owner: OnceLock<Weak<BufferPool>>,
+    /// The installer thread, once started (`None` inside: it could not be
+    /// spawned, and callers install).
+    thread: OnceLock<Option<JoinHandle<()>>>,
+    /// Where fixes wait for pages in flight (installer-thread mode).
+    stripes: Box<[WaitStripe]>,
+}
+
+impl Default for ReadAhead {
+    fn default() -> Self {
+        Self {
+            queue: Arc::default(),
+            in_flight: AtomicU32::new(0),
+            installer: Mutex::new(()),
+            owner: OnceLock::new(),
+            thread: OnceLock::new(),
+            stripes: (0..READ_AHEAD_WAIT_STRIPES)
+                .map(|_| WaitStripe::default())
+                .collect(),
+        }
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        let Some(Some(handle)) = self.thread.take() else {
+            return;
+        };
+        let stop = IoRequest::read(0, AlignedBuf::zeroed(0, 1), STOP_TAG).complete(Ok(()));
+        self.queue.sender().send(stop);
+        // The thread itself may have dropped the last reference to the
+        // pool: it exits when it reads the stop, and cannot join itself.
+        if handle.thread().id() != std::thread::current().id() && handle.join().is_err() {
+            tracing::error!("the read-ahead installer thread panicked");
+        }
+    }
+}
+
+impl ReadAhead {
+    /// Whether a pool-owned thread installs the completions.
+    fn installer_thread(&self) -> bool {
+        self.thread.get().is_some_and(Option::is_some)
+    }
+
+    fn stripe(&self, d: u32) -> &WaitStripe {
+        &self.stripes[d as usize % READ_AHEAD_WAIT_STRIPES]
+    }
+
+    /// Wakes the fixes waiting for descriptor `d`, whose state just left
+    /// `ReadAhead`.
+    fn wake(&self, d: u32) {
+        let stripe = self.stripe(d);
+        drop(stripe.lock.lock());
+        stripe.installed.notify_all();
+    }
+}
+
+/// The installer thread: installs completions as they arrive, holding the
+/// pool only while it has some to install.
+fn install_loop(queue: &CompletionQueue, owner: &Weak<BufferPool>) {
+    loop {
+        let mut completion = queue.wait();
+        if completion.tag == STOP_TAG {
+            return;
+        }
+        // The pool is being dropped: nothing to install into.
+        let Some(pool) = owner.upgrade() else {
+            return;
+        };
+        loop {
+            pool.install_read_ahead(completion);
+            match queue.try_next() {
+                Some(next) if next.tag != STOP_TAG => completion = next,
+                Some(_) => return,
+                None => break,
+            }
+        }
+    }
 }
 
 impl BufferPool {
+    /// Opens a pool behind an `Arc`, so that read-ahead installs its
+    /// completions on a pool-owned thread (started by the first
+    /// [`BufferPool::prefetch`]) instead of on the threads that fix pages;
+    /// see the module docs. Otherwise as [`BufferPool::open`].
+    pub fn open_shared(config: PoolConfig, services: Services) -> Result<Arc<Self>> {
+        let pool = Arc::new(Self::open(config, services)?);
+        let owner = Arc::downgrade(&pool);
+        // A fresh pool: nobody else can have set it.
+        let _ = pool.read_ahead.owner.set(owner);
+        Ok(pool)
+    }
+
     /// Hints that `page_ids` will be fixed soon. Pages that are not cached
     /// (nor being read) are read asynchronously as one batch through the
     /// file layer, verified, and cached compressed-only in the old sublist;
@@ -62,7 +207,10 @@ impl BufferPool {
     ///
     /// Returns the number of reads submitted.
     pub fn prefetch(&self, page_ids: &[PageId]) -> usize {
-        self.drain_read_ahead();
+        let background = self.start_installer();
+        if !background {
+            self.drain_read_ahead();
+        }
         let requests = self.claim_read_ahead(page_ids);
         let submitted = requests.len();
         if submitted > 0 {
@@ -70,10 +218,34 @@ impl BufferPool {
                 .file
                 .submit_reads(requests, &self.read_ahead.queue.sender());
             // A file that completes inline (tests, no batch path) has
-            // delivered everything: install it now.
-            self.drain_read_ahead();
+            // delivered everything: without an installer thread, install
+            // it now.
+            if !background {
+                self.drain_read_ahead();
+            }
         }
         submitted
+    }
+
+    /// Starts the installer thread if the pool is shared and it is not
+    /// running yet. Returns whether it runs.
+    fn start_installer(&self) -> bool {
+        let Some(owner) = self.read_ahead.owner.get() else {
+            return false;
+        };
+        let thread = self.read_ahead.thread.get_or_init(|| {
+            let queue = Arc::clone(&self.read_ahead.queue);
+            let owner = owner.clone();
+            let spawned = std::thread::Builder::new()
+                .name("bcuda-readahead".into())
+                .spawn(move || install_loop(&queue, &owner));
+            spawned
+                .map_err(|e| {
+                    tracing::warn!("no read-ahead installer thread, callers install: {e}");
+                })
+                .ok()
+        });
+        thread.is_some()
     }
 
     /// Reads ahead submitted and not yet installed.
@@ -82,9 +254,12 @@ impl BufferPool {
     }
 
     /// Installs every read-ahead completion that has arrived, unless another
-    /// thread is installing. Never waits. Returns how many it installed.
+    /// thread is installing (or the pool's installer thread does it). Never
+    /// waits. Returns how many it installed.
     pub fn drain_read_ahead(&self) -> usize {
-        if self.read_ahead.in_flight.load(Ordering::Acquire) == 0 {
+        if self.read_ahead.in_flight.load(Ordering::Acquire) == 0
+            || self.read_ahead.installer_thread()
+        {
             return 0;
         }
         let Some(_installer) = self.read_ahead.installer.try_lock() else {
@@ -99,9 +274,18 @@ impl BufferPool {
     }
 
     /// Waits until the read-ahead of the pinned page `d` is installed (or
-    /// dropped), installing completions meanwhile.
+    /// dropped): parked on its stripe with an installer thread, else
+    /// installing completions meanwhile.
     pub(crate) fn wait_read_ahead(&self, d: u32) {
         let desc = &self.descs[d as usize];
+        if self.read_ahead.installer_thread() {
+            let stripe = self.read_ahead.stripe(d);
+            let mut waiting = stripe.lock.lock();
+            while desc.state() == State::ReadAhead {
+                stripe.installed.wait(&mut waiting);
+            }
+            return;
+        }
         while desc.state() == State::ReadAhead {
             let _installer = self.read_ahead.installer.lock();
             if desc.state() != State::ReadAhead {
@@ -220,6 +404,7 @@ impl BufferPool {
                 .read_ahead_failed
                 .fetch_add(1, Ordering::Relaxed);
             self.abort_claim(page_id, memory, State::Abandoned);
+            self.read_ahead.wake(d);
             return;
         }
         let mut inner = self.inner.lock();
@@ -234,6 +419,7 @@ impl BufferPool {
         // is released for it (parking_lot's raw latch has no owner thread).
         unsafe { desc.unlock(true) };
         desc.unpin();
+        self.read_ahead.wake(d);
     }
 
     /// Publishes a page read ahead: LRU midpoint (old sublist), no frame,

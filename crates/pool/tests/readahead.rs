@@ -429,3 +429,111 @@ fn prefetch_on_a_pool_of_pinned_pages_returns_at_once() {
     drop(guards);
     pool.check_invariants();
 }
+
+/// A pool opened with `open_shared` over a file whose batches complete
+/// 50 ms later on another thread, like a device.
+fn shared_slow_pool(file: Arc<CountingFile>) -> Arc<BufferPool> {
+    let services = Services {
+        codec: Arc::new(SimpleCodec::default()),
+        file,
+        durable_lsn: Arc::new(|| Lsn(u64::MAX)),
+        clock: None,
+    };
+    let config = PoolConfig::default()
+        .page_size_bytes(PAGE_BYTES)
+        .format(compressed())
+        .buffer_pool_bytes(64 * PAGE_BYTES);
+    BufferPool::open_shared(config, services).unwrap()
+}
+
+fn slow_file() -> Arc<CountingFile> {
+    let io_file = Arc::new(barracuda_io::MemoryFile::new("readahead"));
+    let slow = Arc::new(FaultFile::with_latency(io_file, Duration::from_millis(50)));
+    Arc::new(CountingFile::new(Arc::new(FileService::new(slow)), 8))
+}
+
+#[test]
+fn a_shared_pool_installs_read_ahead_without_its_callers() {
+    let file = slow_file();
+    let pool = shared_slow_pool(file.clone());
+    write_pages(&pool, 16);
+    assert_eq!(pool.prefetch(&ids(0..16)), 16);
+    // Nobody calls into the pool: only the installer thread can install.
+    // (A pool whose callers install would never get here; the bound only
+    // turns that hang into a failure.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while pool.read_ahead_in_flight() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(pool.read_ahead_in_flight(), 0, "nobody installed");
+    assert_eq!(pool.drain_read_ahead(), 0, "a caller installed");
+    let status = pool.status();
+    assert_eq!(status.read_ahead, 16);
+    assert_eq!(status.pages_read, 0);
+    let reads_before = file.all_reads();
+    for page in 0..16 {
+        check_page(&pool, page);
+    }
+    assert_eq!(
+        file.all_reads(),
+        reads_before,
+        "a page read ahead was read again"
+    );
+    pool.check_invariants();
+}
+
+#[test]
+fn fixes_on_a_shared_pool_wait_for_their_own_pages() {
+    let file = slow_file();
+    let pool = shared_slow_pool(file.clone());
+    write_pages(&pool, 32);
+    let reads_before = file.all_reads();
+    // Two batches in flight at once; each thread fixes pages of both.
+    assert_eq!(pool.prefetch(&ids(0..16)), 16);
+    assert_eq!(pool.prefetch(&ids(16..32)), 16);
+    let barrier = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (pool, barrier) = (Arc::clone(&pool), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                for page in (0..32).rev().filter(|p| p % 4 == t) {
+                    check_page(&pool, page);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(file.all_reads() - reads_before, 32, "a page read twice");
+    assert_eq!(pool.read_ahead_in_flight(), 0);
+    let status = pool.status();
+    assert_eq!((status.read_ahead, status.pages_read), (32, 0));
+    pool.check_invariants();
+}
+
+#[test]
+fn a_shared_pool_dropped_with_reads_in_flight_shuts_down() {
+    let io_file = Arc::new(barracuda_io::MemoryFile::new("readahead"));
+    let slow = Arc::new(FaultFile::with_latency(io_file, Duration::from_millis(50)));
+    let file: Arc<dyn PageFile> = Arc::new(FileService::new(slow));
+    let pool = shared_slow_pool(Arc::new(CountingFile::new(Arc::clone(&file), 8)));
+    write_pages(&pool, 16);
+    assert_eq!(pool.prefetch(&ids(0..16)), 16);
+    assert!(pool.read_ahead_in_flight() > 0);
+    let weak = Arc::downgrade(&pool);
+    drop(pool);
+    assert!(
+        weak.upgrade().is_none(),
+        "the installer keeps the pool alive"
+    );
+    // The late completions go nowhere; the file serves a new pool.
+    std::thread::sleep(Duration::from_millis(100));
+    let pool = shared_slow_pool(Arc::new(CountingFile::new(file, 8)));
+    assert_eq!(pool.prefetch(&ids(0..16)), 16);
+    for page in 0..16 {
+        check_page(&pool, page);
+    }
+    pool.check_invariants();
+}

@@ -99,6 +99,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             read_io_threads: 4,
             device_latency_us: common.device_latency_us,
             read_ahead_pages: harness::READ_AHEAD_PAGES_DEFAULT,
+            io_queue_depth: barracuda::IO_QUEUE_DEPTH_DEFAULT,
         };
         let db_dir = dir.join(format!("flush-{}", data >> 20));
         let base = sweep::load_into(&db_dir, &spec, direct, rows, args.load_threads, &text)?;

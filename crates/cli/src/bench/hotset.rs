@@ -230,6 +230,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         read_io_threads: 4,
         device_latency_us: common.device_latency_us,
         read_ahead_pages: harness::READ_AHEAD_PAGES_DEFAULT,
+        io_queue_depth: barracuda::IO_QUEUE_DEPTH_DEFAULT,
     };
     let mut layouts: Vec<Layout> = configs.iter().map(|c| c.0).collect();
     layouts.dedup();

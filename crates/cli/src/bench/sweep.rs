@@ -331,6 +331,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         read_io_threads: 4,
         device_latency_us: common.device_latency_us,
         read_ahead_pages: harness::READ_AHEAD_PAGES_DEFAULT,
+        io_queue_depth: barracuda::IO_QUEUE_DEPTH_DEFAULT,
     };
     // Capacities always come from the plain and zlib layouts.
     let mut loaded: Vec<Loaded> = Vec::new();
