@@ -8,10 +8,12 @@
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
 mod common;
+mod pool_common;
 
 use barracuda_btree::store::CodecBlocks;
-use barracuda_btree::{Error, MemStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{Error, MemStore, PageStore, SplitPolicy, Tree, TreeConfig};
 use barracuda_codec::{BlockSize, Codec, Geometry};
+use barracuda_pool::EvictionPolicy;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -128,4 +130,104 @@ fn zlib_16k_in_4k_mixed() {
     for seed in 0..2 {
         run(16 << 10, BlockSize::Kib4, 30, seed);
     }
+}
+
+// ------------------------------------------------ redb's benchmark workload
+
+/// Rows of redb's benchmark workload: 24-byte random keys, 150-byte random
+/// values (both incompressible). Enough rows for a tree of a few hundred
+/// leaves, whose leaves split many times over.
+const RANDOM_ROWS: usize = 20_000;
+const RANDOM_KEY_BYTES: usize = 24;
+const RANDOM_VALUE_BYTES: usize = 150;
+
+fn random_rows(seed: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut bytes = |len: usize| (0..len).map(|_| rng.random()).collect::<Vec<u8>>();
+    (0..RANDOM_ROWS)
+        .map(|_| (bytes(RANDOM_KEY_BYTES), bytes(RANDOM_VALUE_BYTES)))
+        .collect()
+}
+
+/// Inserts every row (each must be stored: the values are far below the
+/// size limits), then checks the contents and the invariants. Returns the
+/// rows' key and value bytes per byte of leaf blocks (leaf pages x block
+/// size): how full the compressed leaves are.
+fn load_random_rows<S: PageStore>(tree: &Tree<S>, block_size_bytes: usize, what: &str) -> f64 {
+    let rows = random_rows(RANDOM_ROWS as u64);
+    for (i, (k, v)) in rows.iter().enumerate() {
+        if let Err(e) = tree.insert(k, v) {
+            panic!("{what}: row {i} of {RANDOM_ROWS} refused: {e}");
+        }
+        if i % 4096 == 0 {
+            tree.check_invariants().unwrap();
+        }
+    }
+    tree.check_invariants().unwrap();
+    for (k, v) in &rows {
+        assert_eq!(tree.get(k).unwrap().as_ref(), Some(v), "{what}");
+    }
+    let stats = tree.stats().unwrap();
+    assert_eq!(stats.record_count, RANDOM_ROWS as u64, "{what}");
+    let data_bytes = RANDOM_ROWS * (RANDOM_KEY_BYTES + RANDOM_VALUE_BYTES);
+    let block_fill = data_bytes as f64 / (stats.leaf_pages as f64 * block_size_bytes as f64);
+    eprintln!(
+        "{what}: {} leaves ({:?} per level), data / leaf blocks {block_fill:.3}, \
+         leaf fill {:.3}, pad {} B, {:?}",
+        stats.leaf_pages, stats.pages_per_level, stats.leaf_fill, stats.zip_pad_bytes, stats.splits
+    );
+    block_fill
+}
+
+fn random_rows_on_codec_blocks(block: BlockSize, policy: SplitPolicy) -> f64 {
+    let page_size_bytes = 16 << 10;
+    let geometry = Geometry::new(page_size_bytes, block).unwrap();
+    let fit = CodecBlocks::new(Codec::zlib_default(), geometry).unwrap();
+    let store = Arc::new(MemStore::with_fit(page_size_bytes, fit).unwrap());
+    let config = TreeConfig {
+        policy,
+        compressed: true,
+        ..TreeConfig::default()
+    };
+    let tree = Tree::create(store, config).unwrap();
+    let what = format!("codec blocks 16K -> {block:?}, {policy:?}");
+    load_random_rows(&tree, geometry.block_size_bytes(), &what)
+}
+
+fn random_rows_on_pool(format: pool_common::Format) -> f64 {
+    let store = pool_common::store(format, EvictionPolicy::CostAware, 64);
+    let config = TreeConfig {
+        compressed: true,
+        ..TreeConfig::default()
+    };
+    let block_size_bytes = match format {
+        pool_common::Format::Zlib16k8k => 8 << 10,
+        pool_common::Format::Zlib16k4k => 4 << 10,
+        other => panic!("{other:?} is not a 16 KiB compressed format"),
+    };
+    let tree = Tree::create(store, config).unwrap();
+    load_random_rows(&tree, block_size_bytes, &format!("pool {format:?}"))
+}
+
+/// Regression (reported with redb's benchmark workload): 16 KiB pages of
+/// random rows compress to about 16 KiB, so a split in two left halves that
+/// did not fit an 8 KiB block and inserts failed with `CompressionUnfit`.
+#[test]
+fn random_rows_16k_in_8k() {
+    for policy in [
+        SplitPolicy::Adaptive,
+        SplitPolicy::Half,
+        SplitPolicy::InnoDb,
+    ] {
+        random_rows_on_codec_blocks(BlockSize::Kib8, policy);
+    }
+    random_rows_on_pool(pool_common::Format::Zlib16k8k);
+}
+
+/// The same in blocks of a quarter of the page, where even a page split in
+/// three may not fit.
+#[test]
+fn random_rows_16k_in_4k() {
+    random_rows_on_codec_blocks(BlockSize::Kib4, SplitPolicy::Adaptive);
+    random_rows_on_pool(pool_common::Format::Zlib16k4k);
 }
