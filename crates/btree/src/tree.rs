@@ -1089,6 +1089,13 @@ impl<S: PageStore> Tree<S> {
         let Some((at, child)) = right_bound(path, j) else {
             return Ok(None);
         };
+        if at + 1 != j {
+            // `rr` is under another parent, which this split does not hold:
+            // a reader latched on it may be waiting for `rr`, and would miss
+            // the records `rr` gives away. Not done (the insert fails, having
+            // changed nothing); taking that parent would latch bottom-up.
+            return Ok(None);
+        }
         let bound = Rebound {
             at,
             child,

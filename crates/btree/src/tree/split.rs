@@ -15,12 +15,14 @@
 //!   any change, even 8 bytes of link, recompresses it, and it no longer
 //!   fits. Such a sibling *gives records* to the split instead: the page's
 //!   records and the sibling's are packed together over the page, new pages
-//!   and the sibling (which keeps its right link), and the separator that
-//!   bounds the sibling's subtree from the left moves to its new first key.
-//!   That separator is in the lowest common ancestor of the two leaves,
-//!   which compressed trees keep latched (the whole path is); keys on the
-//!   sibling's side below it are all "minus infinity" first records, so
-//!   nothing else changes.
+//!   and the sibling (which keeps its right link), and the sibling's
+//!   separator in the parent moves to its new first key. Only a sibling
+//!   under the same parent gives records: the split holds that parent
+//!   exclusively, so no reader can be between it and the sibling (a reader
+//!   waiting on the sibling under another parent would miss the records
+//!   that moved). A page whose full right sibling has another parent still
+//!   cannot split; the insert fails with `CompressionUnfit`, having changed
+//!   nothing.
 //!
 //! Everything here stages images and asks `would_fit`; nothing is written
 //! until the whole change is known to fit.
