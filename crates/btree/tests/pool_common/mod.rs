@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
 use barracuda_btree::{LsnCounter, PoolStore};
-use barracuda_codec::{BlockSize, Codec, Geometry};
+use barracuda_codec::{BlockSize, Codec, CompressionStats, Geometry};
 use barracuda_pool::testing::MemoryFile;
 use barracuda_pool::{BufferPool, CodecService, EvictionPolicy, PageFormat, PoolConfig, Services};
 use std::sync::Arc;
@@ -65,6 +65,15 @@ impl Format {
 /// A store over a fresh pool of `budget_pages` pages (the byte budget is
 /// `budget_pages` logical pages; compressed pools fit more blocks in it).
 pub fn store(format: Format, eviction: EvictionPolicy, budget_pages: usize) -> Arc<PoolStore> {
+    store_counting(format, eviction, budget_pages).0
+}
+
+/// [`store`], and the codec's counters (compressions tried and fitted).
+pub fn store_counting(
+    format: Format,
+    eviction: EvictionPolicy,
+    budget_pages: usize,
+) -> (Arc<PoolStore>, Arc<CompressionStats>) {
     let page = format.page_size_bytes();
     let (codec, geometry, pool_format) = match format.block_size() {
         Some(block) => {
@@ -84,8 +93,10 @@ pub fn store(format: Format, eviction: EvictionPolicy, budget_pages: usize) -> A
         ),
     };
     let lsns = LsnCounter::new();
+    let codec = Arc::new(CodecService::new(codec, geometry).unwrap());
+    let stats = Arc::clone(codec.stats());
     let services = Services {
-        codec: Arc::new(CodecService::new(codec, geometry).unwrap()),
+        codec,
         file: Arc::new(MemoryFile::default()),
         durable_lsn: PoolStore::durable_lsn_provider(&lsns),
         clock: None,
@@ -96,7 +107,7 @@ pub fn store(format: Format, eviction: EvictionPolicy, budget_pages: usize) -> A
         .buffer_pool_bytes(budget_pages * page)
         .eviction_policy(eviction);
     let pool = Arc::new(BufferPool::open(config, services).unwrap());
-    Arc::new(PoolStore::new(pool, lsns).unwrap())
+    (Arc::new(PoolStore::new(pool, lsns).unwrap()), stats)
 }
 
 /// Pages evicted plus frames dropped so far.
