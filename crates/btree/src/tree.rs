@@ -92,6 +92,7 @@ struct Counters {
     split_root: AtomicU64,
     split_many: AtomicU64,
     split_absorbing: AtomicU64,
+    split_alone: AtomicU64,
     merges: AtomicU64,
     redistributions: AtomicU64,
     compression_failures: AtomicU64,
@@ -114,6 +115,10 @@ pub struct SplitCounts {
     /// Splits that packed a full right sibling's records too, because it
     /// could not take its new left link; also counted by kind above.
     pub absorbing: u64,
+    /// Full leaves split on their own first, because a neighbour under
+    /// another parent had to split and could not change them; also counted
+    /// by kind above.
+    pub alone: u64,
     /// Merges of two siblings.
     pub merges: u64,
     /// Redistributions between two siblings.
@@ -177,6 +182,20 @@ impl ZipPad {
         r.failure_count = 0;
     }
 }
+
+/// Outcome of an insert or delete on an exclusively latched path.
+enum Attempt {
+    /// Done; whether the key was there.
+    Done(bool),
+    /// Nothing was changed: the leaf holding this key (the full right
+    /// neighbour of a leaf that had to split) must split on its own first.
+    SplitFirst(Vec<u8>),
+}
+
+/// Tries of an insert or delete that meets full neighbours under other
+/// parents, and leaves split on their own for one: each split fixes one
+/// neighbour, and a chain of full leaves that each end a parent is short.
+const RETRIES_MAX: usize = 8;
 
 /// Outcome of trying a change within one leaf.
 enum LeafOutcome {
@@ -339,6 +358,7 @@ impl<S: PageStore> Tree<S> {
             root: get(&c.split_root),
             many: get(&c.split_many),
             absorbing: get(&c.split_absorbing),
+            alone: get(&c.split_alone),
             merges: get(&c.merges),
             redistributions: get(&c.redistributions),
             compression_failures: get(&c.compression_failures),
@@ -692,10 +712,19 @@ impl<S: PageStore> Tree<S> {
             }
         }
         let len = rec.len();
-        let mut path = self.path_exclusive(key, self.config.compressed, |p| {
-            self.safe_for_insert(p, len)
-        })?;
-        self.insert_on_path(&mut path, op, rec)
+        for _ in 0..RETRIES_MAX {
+            let mut path = self.path_exclusive(key, self.config.compressed, |p| {
+                self.safe_for_insert(p, len)
+            })?;
+            match self.insert_on_path(&mut path, op, rec.clone())? {
+                Attempt::Done(existed) => return Ok(existed),
+                Attempt::SplitFirst(first) => {
+                    drop(path);
+                    self.split_alone(op, first)?;
+                }
+            }
+        }
+        Err(Error::CompressionUnfit { page_id: self.root })
     }
 
     fn leaf_upsert<G: PageWrite>(
@@ -753,10 +782,10 @@ impl<S: PageStore> Tree<S> {
         path: &mut [S::Exclusive<'a>],
         op: &mut OpContext,
         rec: RecBuf,
-    ) -> Result<bool> {
+    ) -> Result<Attempt> {
         let last = path.len() - 1;
         let cause = match self.leaf_upsert(&mut path[last], op, &rec)? {
-            LeafOutcome::Done(existed) => return Ok(existed),
+            LeafOutcome::Done(existed) => return Ok(Attempt::Done(existed)),
             LeafOutcome::Full => None,
             LeafOutcome::Unfit => Some(SplitKind::CompressionFailure),
         };
@@ -773,11 +802,13 @@ impl<S: PageStore> Tree<S> {
             new_idx: Some(new_idx),
             cause,
         };
-        self.split_up(path, last, job, op)?;
+        if let Some(first) = self.split_up(path, last, job, op)? {
+            return Ok(Attempt::SplitFirst(first));
+        }
         if let Some(o) = &old {
             self.free_value(op, o)?;
         }
-        Ok(old.is_some())
+        Ok(Attempt::Done(old.is_some()))
     }
 
     /// Candidate cuts for splitting `recs` (the page's records plus the new
@@ -880,14 +911,17 @@ impl<S: PageStore> Tree<S> {
     /// Splits `path[i]`, whose new contents do not fit it, and carries the
     /// separators up as far as needed. Every page is staged and checked
     /// first: if some page does not fit, nothing is written, the pages
-    /// allocated for the split are freed, and the error names `path[i]`.
+    /// allocated for the split are freed, and the error names `path[i]`;
+    /// or, if only a full leaf this path does not reach stands in the way,
+    /// nothing is written and a key of that leaf is returned: split it on
+    /// its own ([`Tree::split_alone`]) and try again.
     fn split_up<'a>(
         &'a self,
         path: &mut [S::Exclusive<'a>],
         i: usize,
         job: Overfull,
         op: &mut OpContext,
-    ) -> Result<()> {
+    ) -> Result<Option<Vec<u8>>> {
         let page_id = path[i].page_id();
         let mut change = Change::new();
         match self.stage_splits(path, i, job, &mut change, op) {
@@ -899,11 +933,15 @@ impl<S: PageStore> Tree<S> {
                         self.counters.split_root.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                Ok(())
+                Ok(None)
             }
             Ok(None) => {
+                let first = change.split_first.take();
                 self.abandon(change, op)?;
-                Err(Error::CompressionUnfit { page_id })
+                match first {
+                    Some(key) => Ok(Some(key)),
+                    None => Err(Error::CompressionUnfit { page_id }),
+                }
             }
             Err(e) => {
                 // The first error is the one to report; pages the abandoned
@@ -1092,8 +1130,13 @@ impl<S: PageStore> Tree<S> {
         if at + 1 != j {
             // `rr` is under another parent, which this split does not hold:
             // a reader latched on it may be waiting for `rr`, and would miss
-            // the records `rr` gives away. Not done (the insert fails, having
-            // changed nothing); taking that parent would latch bottom-up.
+            // the records `rr` gave away (and taking that parent would latch
+            // bottom-up). Instead, the caller splits `rr` on its own, from
+            // the root, and tries again.
+            let g = change.held(rr).ok_or_else(|| unreachable_err(rr))?;
+            change.split_first = page::records(g)
+                .next()
+                .map(|o| page::rec_key(g, o).to_vec());
             return Ok(None);
         }
         let bound = Rebound {
@@ -1470,9 +1513,54 @@ impl<S: PageStore> Tree<S> {
                 }
             }
         }
-        let mut path =
-            self.path_exclusive(key, self.config.compressed, |p| self.safe_for_delete(p))?;
-        self.delete_on_path(&mut path, op, key)
+        for _ in 0..RETRIES_MAX {
+            let mut path =
+                self.path_exclusive(key, self.config.compressed, |p| self.safe_for_delete(p))?;
+            match self.delete_on_path(&mut path, op, key)? {
+                Attempt::Done(existed) => return Ok(existed),
+                Attempt::SplitFirst(first) => {
+                    drop(path);
+                    self.split_alone(op, first)?;
+                }
+            }
+        }
+        Err(Error::CompressionUnfit { page_id: self.root })
+    }
+
+    /// Splits the leaf covering `first` on its own, in `op`: a full leaf
+    /// whose neighbour's split could not change it. Its contents stay; only
+    /// the tree's shape changes. Splitting it may first need its own right
+    /// neighbour split, and so on, at most [`RETRIES_MAX`] leaves.
+    fn split_alone(&self, op: &mut OpContext, first: Vec<u8>) -> Result<()> {
+        let mut todo = vec![first];
+        for _ in 0..RETRIES_MAX {
+            let Some(key) = todo.last() else {
+                return Ok(());
+            };
+            let mut path = self.path_exclusive(key, true, |_| false)?;
+            let last = path.len() - 1;
+            let recs = page::read_all(&path[last]);
+            if recs.len() < 2 || path[last].page_id() == self.root {
+                todo.pop();
+                continue;
+            }
+            let job = Overfull {
+                recs,
+                new_idx: None,
+                cause: Some(SplitKind::CompressionFailure),
+            };
+            match self.split_up(&mut path, last, job, op)? {
+                None => {
+                    self.counters.split_alone.fetch_add(1, Ordering::Relaxed);
+                    todo.pop();
+                }
+                Some(next) => todo.push(next),
+            }
+        }
+        if todo.is_empty() {
+            return Ok(());
+        }
+        Err(Error::CompressionUnfit { page_id: self.root })
     }
 
     fn delete_on_path<'a>(
@@ -1480,12 +1568,12 @@ impl<S: PageStore> Tree<S> {
         path: &mut Vec<S::Exclusive<'a>>,
         op: &mut OpContext,
         key: &[u8],
-    ) -> Result<bool> {
+    ) -> Result<Attempt> {
         let last = path.len() - 1;
         let leaf = &mut path[last];
         let pr = page::probe(leaf, key);
         if pr.found == 0 {
-            return Ok(false);
+            return Ok(Attempt::Done(false));
         }
         let old = RecBuf::read(leaf, pr.found);
         page::remove(leaf, pr);
@@ -1518,14 +1606,16 @@ impl<S: PageStore> Tree<S> {
                     new_idx: None,
                     cause: Some(SplitKind::CompressionFailure),
                 };
-                self.split_up(path, last, job, op)?;
+                if let Some(first) = self.split_up(path, last, job, op)? {
+                    return Ok(Attempt::SplitFirst(first));
+                }
                 self.free_value(op, &old)?;
-                return Ok(true);
+                return Ok(Attempt::Done(true));
             }
         }
         self.rebalance_up(path, last, op)?;
         self.free_value(op, &old)?;
-        Ok(true)
+        Ok(Attempt::Done(true))
     }
 
     /// Rebalances `path[i]` (just left underfull by this operation) and, as

@@ -243,3 +243,45 @@ fn random_rows_16k_in_4k() {
     assert!(fill > 0.55, "data / leaf blocks {fill:.3}");
     random_rows_on_pool(pool_common::Format::Zlib16k4k);
 }
+
+/// Long random keys (400 bytes) make internal pages of a few dozen children,
+/// so leaves that end their parent split often, next to full leaves under
+/// the next parent: those are split on their own first (the split cannot
+/// take records from a sibling whose parent it does not hold).
+#[test]
+fn long_random_keys_16k_in_8k() {
+    let (store, _) = pool_common::store_counting(
+        pool_common::Format::Zlib16k8k,
+        EvictionPolicy::CostAware,
+        64,
+    );
+    let config = TreeConfig {
+        compressed: true,
+        ..TreeConfig::default()
+    };
+    let tree = Tree::create(store, config).unwrap();
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut model = BTreeMap::new();
+    for i in 0..LONG_KEY_ROWS {
+        let k: Vec<u8> = (0..LONG_KEY_BYTES).map(|_| rng.random()).collect();
+        let v: Vec<u8> = (0..RANDOM_VALUE_BYTES).map(|_| rng.random()).collect();
+        if let Err(e) = tree.insert(&k, &v) {
+            panic!("row {i} refused: {e}");
+        }
+        model.insert(k, v);
+        if i % 500 == 0 {
+            tree.check_invariants().unwrap();
+        }
+    }
+    tree.check_invariants().unwrap();
+    assert!(common::contents(&tree) == model);
+    let stats = tree.stats().unwrap();
+    eprintln!(
+        "long keys: {:?} per level, {:?}",
+        stats.pages_per_level, stats.splits
+    );
+    assert!(stats.splits.alone > 0, "{:?}", stats.splits);
+}
+
+const LONG_KEY_ROWS: usize = 6_000;
+const LONG_KEY_BYTES: usize = 400;
