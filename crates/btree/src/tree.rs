@@ -1083,7 +1083,9 @@ impl<S: PageStore> Tree<S> {
     /// into itself and a new right sibling at a cut of the split policy if
     /// one fits, else into as many pages as it needs (see [`split`]). A
     /// leaf whose right sibling cannot take its new left link packs that
-    /// sibling's records too. `None` if nothing fits.
+    /// sibling's records too if it is under the same parent, else sets
+    /// `change.split_first` to have it split on its own first. `None` if
+    /// nothing fits.
     fn stage_split<'a>(
         &'a self,
         path: &[S::Exclusive<'a>],
@@ -1116,10 +1118,11 @@ impl<S: PageStore> Tree<S> {
             if let Some(split) = self.stage_split_two(old, job, n_id, rr, change, op)? {
                 return Ok(Some(split));
             }
-            if let Some(split) = self.stage_split_many(old, job, rr, &mut spare, change, op)? {
-                self.free_spare(spare, change, op)?;
-                return Ok(Some(split));
-            }
+            let split = self.stage_split_many(old, job, rr, &mut spare, change, op)?;
+            self.free_spare(spare, change, op)?;
+            // If the page's own records cannot be packed, neither can they
+            // with the sibling's.
+            return Ok(split);
         }
         let Some(rr) = rr else {
             return Ok(None);

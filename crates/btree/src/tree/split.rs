@@ -20,9 +20,9 @@
 //!   under the same parent gives records: the split holds that parent
 //!   exclusively, so no reader can be between it and the sibling (a reader
 //!   waiting on the sibling under another parent would miss the records
-//!   that moved). A page whose full right sibling has another parent still
-//!   cannot split; the insert fails with `CompressionUnfit`, having changed
-//!   nothing.
+//!   that moved). A full sibling under another parent is split on its own
+//!   first, from the root, and the operation tries again
+//!   (`Tree::split_alone`).
 //!
 //! Everything here stages images and asks `would_fit`; nothing is written
 //! until the whole change is known to fit.
