@@ -64,6 +64,9 @@ pub(crate) struct Change<'a, S: PageStore + 'a> {
     pub(crate) allocated: Vec<PageId>,
     /// Held pages to free once the change is applied.
     pub(crate) to_free: Vec<PageId>,
+    /// Set when the change could not be made only because a full leaf it
+    /// does not hold the parent of must split first: a key of that leaf.
+    pub(crate) split_first: Option<Vec<u8>>,
 }
 
 impl<'a, S: PageStore + 'a> Change<'a, S> {
@@ -73,6 +76,7 @@ impl<'a, S: PageStore + 'a> Change<'a, S> {
             held: Vec::new(),
             allocated: Vec::new(),
             to_free: Vec::new(),
+            split_first: None,
         }
     }
 

@@ -1,6 +1,8 @@
 //! The tree: descent with latch coupling, insert and split, delete and
 //! rebalance, overflow values.
 
+mod split;
+
 use crate::change::{Change, Scratch};
 use crate::error::{Error, Result};
 use crate::page::{
@@ -88,6 +90,9 @@ struct Counters {
     split_sequential: AtomicU64,
     split_compression: AtomicU64,
     split_root: AtomicU64,
+    split_many: AtomicU64,
+    split_absorbing: AtomicU64,
+    split_alone: AtomicU64,
     merges: AtomicU64,
     redistributions: AtomicU64,
     compression_failures: AtomicU64,
@@ -104,6 +109,16 @@ pub struct SplitCounts {
     pub compression_failure: u64,
     /// Root splits (the tree grew by a level); also counted by kind above.
     pub root: u64,
+    /// Splits into three or more pages, because no cut into two fitted the
+    /// compressed blocks; also counted by kind above.
+    pub many: u64,
+    /// Splits that packed a full right sibling's records too, because it
+    /// could not take its new left link; also counted by kind above.
+    pub absorbing: u64,
+    /// Full leaves split on their own first, because a neighbour under
+    /// another parent had to split and could not change them; also counted
+    /// by kind above.
+    pub alone: u64,
     /// Merges of two siblings.
     pub merges: u64,
     /// Redistributions between two siblings.
@@ -167,6 +182,20 @@ impl ZipPad {
         r.failure_count = 0;
     }
 }
+
+/// Outcome of an insert or delete on an exclusively latched path.
+enum Attempt {
+    /// Done; whether the key was there.
+    Done(bool),
+    /// Nothing was changed: the leaf holding this key (the full right
+    /// neighbour of a leaf that had to split) must split on its own first.
+    SplitFirst(Vec<u8>),
+}
+
+/// Tries of an insert or delete that meets full neighbours under other
+/// parents, and leaves split on their own for one: each split fixes one
+/// neighbour, and a chain of full leaves that each end a parent is short.
+const RETRIES_MAX: usize = 8;
 
 /// Outcome of trying a change within one leaf.
 enum LeafOutcome {
@@ -327,6 +356,9 @@ impl<S: PageStore> Tree<S> {
             sequential: get(&c.split_sequential),
             compression_failure: get(&c.split_compression),
             root: get(&c.split_root),
+            many: get(&c.split_many),
+            absorbing: get(&c.split_absorbing),
+            alone: get(&c.split_alone),
             merges: get(&c.merges),
             redistributions: get(&c.redistributions),
             compression_failures: get(&c.compression_failures),
@@ -680,10 +712,19 @@ impl<S: PageStore> Tree<S> {
             }
         }
         let len = rec.len();
-        let mut path = self.path_exclusive(key, self.config.compressed, |p| {
-            self.safe_for_insert(p, len)
-        })?;
-        self.insert_on_path(&mut path, op, rec)
+        for _ in 0..RETRIES_MAX {
+            let mut path = self.path_exclusive(key, self.config.compressed, |p| {
+                self.safe_for_insert(p, len)
+            })?;
+            match self.insert_on_path(&mut path, op, rec.clone())? {
+                Attempt::Done(existed) => return Ok(existed),
+                Attempt::SplitFirst(first) => {
+                    drop(path);
+                    self.split_alone(op, first)?;
+                }
+            }
+        }
+        Err(Error::CompressionUnfit { page_id: self.root })
     }
 
     fn leaf_upsert<G: PageWrite>(
@@ -741,10 +782,10 @@ impl<S: PageStore> Tree<S> {
         path: &mut [S::Exclusive<'a>],
         op: &mut OpContext,
         rec: RecBuf,
-    ) -> Result<bool> {
+    ) -> Result<Attempt> {
         let last = path.len() - 1;
         let cause = match self.leaf_upsert(&mut path[last], op, &rec)? {
-            LeafOutcome::Done(existed) => return Ok(existed),
+            LeafOutcome::Done(existed) => return Ok(Attempt::Done(existed)),
             LeafOutcome::Full => None,
             LeafOutcome::Unfit => Some(SplitKind::CompressionFailure),
         };
@@ -761,11 +802,13 @@ impl<S: PageStore> Tree<S> {
             new_idx: Some(new_idx),
             cause,
         };
-        self.split_up(path, last, job, op)?;
+        if let Some(first) = self.split_up(path, last, job, op)? {
+            return Ok(Attempt::SplitFirst(first));
+        }
         if let Some(o) = &old {
             self.free_value(op, o)?;
         }
-        Ok(old.is_some())
+        Ok(Attempt::Done(old.is_some()))
     }
 
     /// Candidate cuts for splitting `recs` (the page's records plus the new
@@ -868,14 +911,17 @@ impl<S: PageStore> Tree<S> {
     /// Splits `path[i]`, whose new contents do not fit it, and carries the
     /// separators up as far as needed. Every page is staged and checked
     /// first: if some page does not fit, nothing is written, the pages
-    /// allocated for the split are freed, and the error names `path[i]`.
+    /// allocated for the split are freed, and the error names `path[i]`;
+    /// or, if only a full leaf this path does not reach stands in the way,
+    /// nothing is written and a key of that leaf is returned: split it on
+    /// its own ([`Tree::split_alone`]) and try again.
     fn split_up<'a>(
         &'a self,
         path: &mut [S::Exclusive<'a>],
         i: usize,
         job: Overfull,
         op: &mut OpContext,
-    ) -> Result<()> {
+    ) -> Result<Option<Vec<u8>>> {
         let page_id = path[i].page_id();
         let mut change = Change::new();
         match self.stage_splits(path, i, job, &mut change, op) {
@@ -887,11 +933,15 @@ impl<S: PageStore> Tree<S> {
                         self.counters.split_root.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                Ok(())
+                Ok(None)
             }
             Ok(None) => {
+                let first = change.split_first.take();
                 self.abandon(change, op)?;
-                Err(Error::CompressionUnfit { page_id })
+                match first {
+                    Some(key) => Ok(Some(key)),
+                    None => Err(Error::CompressionUnfit { page_id }),
+                }
             }
             Err(e) => {
                 // The first error is the one to report; pages the abandoned
@@ -902,8 +952,8 @@ impl<S: PageStore> Tree<S> {
         }
     }
 
-    /// Stages the split of `path[j]` and of every ancestor the separator
-    /// does not fit; the kinds of the splits (and whether each was the
+    /// Stages the split of `path[j]` and of every ancestor the separators
+    /// do not fit; the kinds of the splits (and whether each was the
     /// root's), or `None` if some split cannot be made to fit.
     fn stage_splits<'a>(
         &'a self,
@@ -914,6 +964,8 @@ impl<S: PageStore> Tree<S> {
         op: &mut OpContext,
     ) -> Result<Option<Vec<(SplitKind, bool)>>> {
         let mut kinds = Vec::new();
+        // A separator an ancestor owes a right sibling that gave records.
+        let mut rebound: Option<Rebound> = None;
         loop {
             if job.recs.len() < 2 {
                 return Ok(None);
@@ -931,66 +983,191 @@ impl<S: PageStore> Tree<S> {
                 // while the tree is not configured so).
                 return Ok(None);
             }
-            let Some((kind, sep)) = self.stage_split(&path[j], &job, change, op)? else {
+            let Some(split) = self.stage_split(path, j, &job, change, op)? else {
                 return Ok(None);
             };
-            kinds.push((kind, false));
-            j -= 1;
-            let parent = &path[j];
-            let pr = page::probe(parent, &sep.key);
-            debug_assert_eq!(pr.found, 0, "separator already in parent");
-            let mut cause = None;
-            if page::has_room(parent, sep.len(), self.limit_bytes()) {
-                let mut image = Scratch::of_guard(parent);
-                page::insert(&mut image, pr, &sep);
-                if self.would_fit(parent, &image, op)? {
-                    change.stage(image);
-                    return Ok(Some(kinds));
-                }
-                cause = Some(SplitKind::CompressionFailure);
+            kinds.push((split.kind, false));
+            if split.rebound.is_some() {
+                rebound = split.rebound;
             }
-            let mut recs = page::read_all(parent);
-            let new_idx = 1 + recs[1..].partition_point(|r| r.key < sep.key);
-            recs.insert(new_idx, sep);
-            job = Overfull {
-                recs,
-                new_idx: Some(new_idx),
-                cause,
-            };
+            j -= 1;
+            let mut seps = split.seps;
+            // Hand the separators to the parent, and the rebound to the
+            // ancestor that holds it, in place while they fit.
+            loop {
+                let owed = rebound.as_ref().filter(|rb| rb.at == j);
+                let edited = self.stage_edits(&path[j], &seps, owed, change, op)?;
+                if owed.is_some() {
+                    rebound = None;
+                }
+                match (edited, &rebound) {
+                    (Edited::Staged, None) => return Ok(Some(kinds)),
+                    (Edited::Staged, Some(rb)) => {
+                        j = rb.at;
+                        seps = Vec::new();
+                    }
+                    (Edited::Split(next), _) => {
+                        job = next;
+                        break;
+                    }
+                }
+            }
         }
     }
 
-    /// Stages the split of the non-root `old` into itself and a new right
-    /// sibling (and the old right sibling's left link); the split's kind and
-    /// the separator for the parent, or `None` if no cut fits.
+    /// Stages `seps` (and the rebound `owed`, if any) into `g` in place;
+    /// if they do not fit, the split job `g` becomes instead.
+    fn stage_edits<'a>(
+        &'a self,
+        g: &S::Exclusive<'a>,
+        seps: &[RecBuf],
+        owed: Option<&Rebound>,
+        change: &mut Change<'a, S>,
+        op: &mut OpContext,
+    ) -> Result<Edited> {
+        let limit = self.limit_bytes();
+        let mut image = Scratch::of_guard(g);
+        let mut room = true;
+        if let Some(rb) = owed {
+            let off = page::records(&image)
+                .find(|&o| page::rec_child(&image, o) == rb.child)
+                .ok_or_else(|| unreachable_err(rb.child))?;
+            let pr = page::probe(&image, page::rec_key(&image, off));
+            page::remove(&mut image, pr);
+            let rec = RecBuf::child(rb.key.clone(), rb.child);
+            room = page::has_room(&image, rec.len(), limit);
+            if room {
+                let pr = page::probe(&image, &rec.key);
+                page::insert(&mut image, pr, &rec);
+            }
+        }
+        for sep in seps {
+            room = room && page::has_room(&image, sep.len(), limit);
+            if room {
+                let pr = page::probe(&image, &sep.key);
+                debug_assert_eq!(pr.found, 0, "separator already in parent");
+                page::insert(&mut image, pr, sep);
+            }
+        }
+        let mut cause = None;
+        if room {
+            if self.would_fit(g, &image, op)? {
+                change.stage(image);
+                return Ok(Edited::Staged);
+            }
+            cause = Some(SplitKind::CompressionFailure);
+        }
+        let mut recs = page::read_all(g);
+        if let Some(rb) = owed
+            && let Some(r) = recs
+                .iter_mut()
+                .skip(1)
+                .find(|r| r.value == rb.child.0.to_le_bytes())
+        {
+            r.key.clone_from(&rb.key);
+        }
+        let mut new_idx = None;
+        for sep in seps {
+            let at = 1 + recs[1..].partition_point(|r| r.key < sep.key);
+            recs.insert(at, sep.clone());
+            new_idx = Some(at);
+        }
+        Ok(Edited::Split(Overfull {
+            recs,
+            new_idx,
+            cause,
+        }))
+    }
+
+    /// Stages the split of the non-root leaf or internal page `path[j]`:
+    /// into itself and a new right sibling at a cut of the split policy if
+    /// one fits, else into as many pages as it needs (see [`split`]). A
+    /// leaf whose right sibling cannot take its new left link packs that
+    /// sibling's records too if it is under the same parent, else sets
+    /// `change.split_first` to have it split on its own first. `None` if
+    /// nothing fits.
     fn stage_split<'a>(
         &'a self,
-        old: &S::Exclusive<'a>,
+        path: &[S::Exclusive<'a>],
+        j: usize,
         job: &Overfull,
         change: &mut Change<'a, S>,
         op: &mut OpContext,
-    ) -> Result<Option<(SplitKind, RecBuf)>> {
-        let recs = &job.recs;
-        let (cuts, policy_kind) = self.cuts(old, recs, job.new_idx);
+    ) -> Result<Option<Split>> {
+        let old = &path[j];
         let leaf = page::is_leaf(old);
         let n = self.store.allocate(op)?;
         let n_id = n.page_id();
-        let blank = Scratch::of_guard(&n);
         change.allocated.push(n_id);
         change.held.push(n);
+        let mut spare = vec![n_id];
         let rr = if leaf { page::right(old) } else { None };
+        let mut rr_takes_link = true;
         if let Some(rr) = rr {
             // Left to right: the new page, then the old right sibling.
             let g = self.store.fix_exclusive(rr)?;
             let mut image = Scratch::of_guard(&g);
             page::set_left(&mut image, Some(n_id));
-            let fits = self.would_fit(&g, &image, op)?;
+            rr_takes_link = self.would_fit(&g, &image, op)?;
             change.held.push(g);
-            if !fits {
-                return Ok(None);
+            if rr_takes_link {
+                change.stage(image);
             }
-            change.stage(image);
         }
+        if rr_takes_link {
+            if let Some(split) = self.stage_split_two(old, job, n_id, rr, change, op)? {
+                return Ok(Some(split));
+            }
+            let split = self.stage_split_many(old, job, rr, &mut spare, change, op)?;
+            self.free_spare(spare, change, op)?;
+            // If the page's own records cannot be packed, neither can they
+            // with the sibling's.
+            return Ok(split);
+        }
+        let Some(rr) = rr else {
+            return Ok(None);
+        };
+        let Some((at, child)) = right_bound(path, j) else {
+            return Ok(None);
+        };
+        if at + 1 != j {
+            // `rr` is under another parent, which this split does not hold:
+            // a reader latched on it may be waiting for `rr`, and would miss
+            // the records `rr` gave away (and taking that parent would latch
+            // bottom-up). Instead, the caller splits `rr` on its own, from
+            // the root, and tries again.
+            let g = change.held(rr).ok_or_else(|| unreachable_err(rr))?;
+            change.split_first = page::records(g)
+                .next()
+                .map(|o| page::rec_key(g, o).to_vec());
+            return Ok(None);
+        }
+        let bound = Rebound {
+            at,
+            child,
+            key: Vec::new(),
+        };
+        let split = self.stage_split_absorbing(old, job, rr, bound, &mut spare, change, op)?;
+        self.free_spare(spare, change, op)?;
+        Ok(split)
+    }
+
+    /// The split of `old` into itself and the new page `n_id` at a cut of
+    /// the split policy (or the middle, or any cut) that fits; `rr` took its
+    /// new left link already.
+    fn stage_split_two<'a>(
+        &'a self,
+        old: &S::Exclusive<'a>,
+        job: &Overfull,
+        n_id: PageId,
+        rr: Option<PageId>,
+        change: &mut Change<'a, S>,
+        op: &mut OpContext,
+    ) -> Result<Option<Split>> {
+        let recs = &job.recs;
+        let (cuts, policy_kind) = self.cuts(old, recs, job.new_idx);
+        let leaf = page::is_leaf(old);
+        let blank = Scratch::of_guard(change.held(n_id).ok_or_else(|| unreachable_err(n_id))?);
         for (k, &cut) in cuts.iter().enumerate() {
             let (l, r) = recs.split_at(cut);
             let mut rl = self.part_layout(old, r, job.new_idx.and_then(|x| x.checked_sub(cut)));
@@ -1011,9 +1188,113 @@ impl<S: PageStore> Tree<S> {
             let kind = job
                 .cause
                 .unwrap_or(if k == 0 { policy_kind } else { SplitKind::Half });
-            return Ok(Some((kind, RecBuf::child(r[0].key.clone(), n_id))));
+            let seps = vec![RecBuf::child(r[0].key.clone(), n_id)];
+            return Ok(Some(Split {
+                kind,
+                seps,
+                rebound: None,
+            }));
         }
         Ok(None)
+    }
+
+    /// The split of `old` into three or more pages, when no cut into two
+    /// fits; the old right sibling `rr` (if any) takes its new left link.
+    fn stage_split_many<'a>(
+        &'a self,
+        old: &S::Exclusive<'a>,
+        job: &Overfull,
+        rr: Option<PageId>,
+        spare: &mut Vec<PageId>,
+        change: &mut Change<'a, S>,
+        op: &mut OpContext,
+    ) -> Result<Option<Split>> {
+        let leaf = page::is_leaf(old);
+        let run = split::Run {
+            recs: &job.recs,
+            new_idx: job.new_idx,
+            first: Some(old.page_id()),
+            last: None,
+            from_first: job.recs.len(),
+            from_last: job.recs.len(),
+            left_end: page::left(old).filter(|_| leaf),
+            right_end: rr,
+        };
+        let Some(packed) = self.pack(old, &run, 3, spare, change, op)? else {
+            return Ok(None);
+        };
+        packed.take_from(spare);
+        if let Some(rr) = rr {
+            let last = packed.pages[packed.pages.len() - 1];
+            let g = change.held(rr).ok_or_else(|| unreachable_err(rr))?;
+            let mut image = Scratch::of_guard(g);
+            page::set_left(&mut image, Some(last));
+            if !self.would_fit(g, &image, op)? {
+                // Its pages go back to the spares, for the caller's next try.
+                spare.extend(packed.pages[1..].iter().copied());
+                return Ok(None);
+            }
+            change.stage(image);
+        }
+        let seps = packed.separators(&run);
+        for image in packed.images {
+            change.stage(image);
+        }
+        self.counters.split_many.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Split {
+            kind: Self::packed_kind(job.cause),
+            seps,
+            rebound: None,
+        }))
+    }
+
+    /// The split of leaf `old` whose right sibling `rr` (held by the change)
+    /// cannot take a new left link: both pages' records are packed over
+    /// `old`, new pages and `rr`, and `bound` gets `rr`'s new first key.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the split's pages, owed bound and change, as the callers hold them"
+    )]
+    fn stage_split_absorbing<'a>(
+        &'a self,
+        old: &S::Exclusive<'a>,
+        job: &Overfull,
+        rr: PageId,
+        mut bound: Rebound,
+        spare: &mut Vec<PageId>,
+        change: &mut Change<'a, S>,
+        op: &mut OpContext,
+    ) -> Result<Option<Split>> {
+        let g = change.held(rr).ok_or_else(|| unreachable_err(rr))?;
+        let mut recs = job.recs.clone();
+        recs.extend(page::read_all(g));
+        let run = split::Run {
+            recs: &recs,
+            new_idx: job.new_idx,
+            first: Some(old.page_id()),
+            last: Some(rr),
+            from_first: job.recs.len(),
+            from_last: job.recs.len(),
+            left_end: page::left(old),
+            right_end: page::right(g),
+        };
+        let Some(packed) = self.pack(old, &run, 3, spare, change, op)? else {
+            return Ok(None);
+        };
+        packed.take_from(spare);
+        let seps = packed.separators(&run);
+        bound.key = packed.last_key(&run);
+        for image in packed.images {
+            change.stage(image);
+        }
+        self.counters
+            .split_absorbing
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Split {
+            kind: Self::packed_kind(job.cause),
+            seps,
+            rebound: Some(bound),
+        }))
     }
 
     fn count_split(&self, kind: SplitKind) {
@@ -1092,7 +1373,56 @@ impl<S: PageStore> Tree<S> {
                 .unwrap_or(if k == 0 { policy_kind } else { SplitKind::Half });
             return Ok(Some(kind));
         }
-        Ok(None)
+        self.stage_root_split_many(root, job, ids.to_vec(), change, op)
+    }
+
+    /// A root split into three or more children, when no cut into two fits
+    /// (`spare`: the two pages allocated for a split in two).
+    fn stage_root_split_many<'a>(
+        &'a self,
+        root: &S::Exclusive<'a>,
+        job: &Overfull,
+        mut spare: Vec<PageId>,
+        change: &mut Change<'a, S>,
+        op: &mut OpContext,
+    ) -> Result<Option<SplitKind>> {
+        let run = split::Run {
+            recs: &job.recs,
+            new_idx: job.new_idx,
+            first: None,
+            last: None,
+            from_first: 0,
+            from_last: job.recs.len(),
+            left_end: None,
+            right_end: None,
+        };
+        let Some(packed) = self.pack(root, &run, 3, &mut spare, change, op)? else {
+            return Ok(None);
+        };
+        let mut top: Vec<RecBuf> = packed.separators(&run);
+        top[0].key.clear();
+        let layout = Layout {
+            page_type: PageType::Internal,
+            level: page::level(root) + 1,
+            flags: 0,
+            left: None,
+            right: None,
+            last_insert: None,
+            insert_flags: 0,
+        };
+        let mut top_image = Scratch::of_guard(root);
+        page::rebuild(&mut top_image, &layout, &top);
+        if !self.would_fit(root, &top_image, op)? {
+            return Ok(None);
+        }
+        packed.take_from(&mut spare);
+        for image in packed.images {
+            change.stage(image);
+        }
+        change.stage(top_image);
+        self.free_spare(spare, change, op)?;
+        self.counters.split_many.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Self::packed_kind(job.cause)))
     }
 
     /// Whether `image` would fit `g`'s block (always, for an uncompressed
@@ -1186,9 +1516,54 @@ impl<S: PageStore> Tree<S> {
                 }
             }
         }
-        let mut path =
-            self.path_exclusive(key, self.config.compressed, |p| self.safe_for_delete(p))?;
-        self.delete_on_path(&mut path, op, key)
+        for _ in 0..RETRIES_MAX {
+            let mut path =
+                self.path_exclusive(key, self.config.compressed, |p| self.safe_for_delete(p))?;
+            match self.delete_on_path(&mut path, op, key)? {
+                Attempt::Done(existed) => return Ok(existed),
+                Attempt::SplitFirst(first) => {
+                    drop(path);
+                    self.split_alone(op, first)?;
+                }
+            }
+        }
+        Err(Error::CompressionUnfit { page_id: self.root })
+    }
+
+    /// Splits the leaf covering `first` on its own, in `op`: a full leaf
+    /// whose neighbour's split could not change it. Its contents stay; only
+    /// the tree's shape changes. Splitting it may first need its own right
+    /// neighbour split, and so on, at most [`RETRIES_MAX`] leaves.
+    fn split_alone(&self, op: &mut OpContext, first: Vec<u8>) -> Result<()> {
+        let mut todo = vec![first];
+        for _ in 0..RETRIES_MAX {
+            let Some(key) = todo.last() else {
+                return Ok(());
+            };
+            let mut path = self.path_exclusive(key, true, |_| false)?;
+            let last = path.len() - 1;
+            let recs = page::read_all(&path[last]);
+            if recs.len() < 2 || path[last].page_id() == self.root {
+                todo.pop();
+                continue;
+            }
+            let job = Overfull {
+                recs,
+                new_idx: None,
+                cause: Some(SplitKind::CompressionFailure),
+            };
+            match self.split_up(&mut path, last, job, op)? {
+                None => {
+                    self.counters.split_alone.fetch_add(1, Ordering::Relaxed);
+                    todo.pop();
+                }
+                Some(next) => todo.push(next),
+            }
+        }
+        if todo.is_empty() {
+            return Ok(());
+        }
+        Err(Error::CompressionUnfit { page_id: self.root })
     }
 
     fn delete_on_path<'a>(
@@ -1196,12 +1571,12 @@ impl<S: PageStore> Tree<S> {
         path: &mut Vec<S::Exclusive<'a>>,
         op: &mut OpContext,
         key: &[u8],
-    ) -> Result<bool> {
+    ) -> Result<Attempt> {
         let last = path.len() - 1;
         let leaf = &mut path[last];
         let pr = page::probe(leaf, key);
         if pr.found == 0 {
-            return Ok(false);
+            return Ok(Attempt::Done(false));
         }
         let old = RecBuf::read(leaf, pr.found);
         page::remove(leaf, pr);
@@ -1234,14 +1609,16 @@ impl<S: PageStore> Tree<S> {
                     new_idx: None,
                     cause: Some(SplitKind::CompressionFailure),
                 };
-                self.split_up(path, last, job, op)?;
+                if let Some(first) = self.split_up(path, last, job, op)? {
+                    return Ok(Attempt::SplitFirst(first));
+                }
                 self.free_value(op, &old)?;
-                return Ok(true);
+                return Ok(Attempt::Done(true));
             }
         }
         self.rebalance_up(path, last, op)?;
         self.free_value(op, &old)?;
-        Ok(true)
+        Ok(Attempt::Done(true))
     }
 
     /// Rebalances `path[i]` (just left underfull by this operation) and, as
@@ -1485,6 +1862,47 @@ struct Overfull {
     recs: Vec<RecBuf>,
     new_idx: Option<usize>,
     cause: Option<SplitKind>,
+}
+
+/// What a staged split of a non-root page asks of the levels above.
+struct Split {
+    kind: SplitKind,
+    /// Separators of the new pages, in key order, for the parent.
+    seps: Vec<RecBuf>,
+    /// Set when a right sibling gave records to the split.
+    rebound: Option<Rebound>,
+}
+
+/// A right sibling that gave records to a split has a new first key: the
+/// separator that bounds its subtree from the left, in `path[at]` (the
+/// lowest common ancestor of the two leaves), must become `key`.
+struct Rebound {
+    at: usize,
+    /// The child of `path[at]` whose separator changes.
+    child: PageId,
+    key: Vec<u8>,
+}
+
+/// What became of the separators handed to a page.
+enum Edited {
+    /// They fit in place; its new image is staged.
+    Staged,
+    /// They do not: the page must split with these contents.
+    Split(Overfull),
+}
+
+/// The ancestor that holds the separator bounding the right neighbour of
+/// leaf `path[j]` from the left: the lowest `path[at]` whose child on the
+/// path is not its last; that separator's index and child. `None` if the
+/// path does not reach up that far.
+fn right_bound<G: PageWrite>(path: &[G], j: usize) -> Option<(usize, PageId)> {
+    (0..j).rev().find_map(|at| {
+        let p = &path[at];
+        let below = path[at + 1].page_id();
+        let mut offs = page::records(p).skip_while(|&o| page::rec_child(p, o) != below);
+        offs.next()?;
+        offs.next().map(|next| (at, page::rec_child(p, next)))
+    })
 }
 
 /// Two adjacent children of one parent being rebalanced: their records in
