@@ -50,10 +50,13 @@ pub struct Setup {
     pub cache_bytes: usize,
     /// The engine's own directory (created empty).
     pub dir: PathBuf,
-    /// Barracuda only: uncompressed pages instead of the default zlib
-    /// 16 KiB pages in 8 KiB blocks. Workload 1's values are random bytes,
-    /// which do not compress (and the default fails on them: see the notes).
-    pub barracuda_uncompressed: bool,
+    /// Barracuda only: how its tree stores pages (workload 1's random
+    /// values do not compress: uncompressed pages there; workload 2's
+    /// compressible values: zstd by default).
+    pub barracuda_tree: barracuda::TreeOptions,
+    /// Barracuda only: size of its log ring (`Options::log_bytes`), which
+    /// is preallocated and counted in the size on disk.
+    pub barracuda_log_bytes: u64,
 }
 
 /// Opens engine `name` in `setup.dir`.
@@ -100,26 +103,37 @@ pub fn directory_bytes(path: &Path) -> u64 {
 /// Larger transactions are split into batches of this many.
 const BARRACUDA_BATCH_OPS: usize = 300;
 
+/// A batch's pages stay pinned until it is logged: at most half the pool,
+/// counted as three pages per operation (a 16 KiB frame and an 8 KiB block
+/// each) plus 8 for the upper levels (`WriteBatch`'s docs). Small pools
+/// (the overhead measurement's 1 MiB) need smaller batches.
+fn barracuda_batch_ops(cache_bytes: usize) -> usize {
+    const PAGE_BYTES: usize = (16 << 10) + (8 << 10);
+    let pages = cache_bytes / 2 / PAGE_BYTES;
+    (pages.saturating_sub(8) / 3).clamp(1, BARRACUDA_BATCH_OPS)
+}
+
 struct BarracudaEngine {
     db: Option<barracuda::Db>,
     tree: barracuda::Tree,
+    batch_ops: usize,
 }
 
 impl BarracudaEngine {
     fn open(setup: &Setup) -> Result<Self> {
-        let mut options = barracuda::Db::options();
-        if setup.barracuda_uncompressed {
-            options = options.default_tree_options(
-                barracuda::TreeOptions::default().compression(barracuda::Compression::None),
-            );
-        }
-        let db = options
+        let db = barracuda::Db::options()
+            .default_tree_options(setup.barracuda_tree.clone())
+            .log_bytes(setup.barracuda_log_bytes)
             .buffer_pool_bytes(setup.cache_bytes)
             .durability(barracuda::Durability::Sync)
             .open(&setup.dir)
             .context("barracuda open")?;
         let tree = db.tree("bench").context("barracuda tree")?;
-        Ok(Self { db: Some(db), tree })
+        Ok(Self {
+            db: Some(db),
+            tree,
+            batch_ops: barracuda_batch_ops(setup.cache_bytes),
+        })
     }
 
     fn db(&self) -> &barracuda::Db {
@@ -128,14 +142,15 @@ impl BarracudaEngine {
 }
 
 impl Engine for BarracudaEngine {
-    /// Splits into batches of [`BARRACUDA_BATCH_OPS`]: every batch but the
+    /// Splits into batches of [`BARRACUDA_BATCH_OPS`] (fewer in a small
+    /// pool: [`barracuda_batch_ops`]): every batch but the
     /// last is `NoSync`, the last waits for the log's fsync, which covers
     /// the earlier ones (one fsync per transaction, like the others).
     fn commit(&self, ops: &mut dyn Iterator<Item = Op>, durable: bool) -> Result<()> {
         let mut ops = ops.peekable();
         loop {
             let mut batch = barracuda::WriteBatch::new();
-            while batch.len() < BARRACUDA_BATCH_OPS {
+            while batch.len() < self.batch_ops {
                 match ops.next() {
                     Some(Op::Put(key, value)) => batch.put(&self.tree, &key, &value),
                     Some(Op::Delete(key)) => batch.delete(&self.tree, &key),
