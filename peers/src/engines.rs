@@ -105,12 +105,18 @@ const BARRACUDA_BATCH_OPS: usize = 300;
 
 /// A batch's pages stay pinned until it is logged: at most half the pool,
 /// counted as three pages per operation (a 16 KiB frame and an 8 KiB block
-/// each) plus 8 for the upper levels (`WriteBatch`'s docs). Small pools
-/// (the overhead measurement's 1 MiB) need smaller batches.
-fn barracuda_batch_ops(cache_bytes: usize) -> usize {
+/// each) plus 8 for the upper levels; and its log group may be at most a
+/// quarter of the log ring, counted as three 8 KiB images and the entry
+/// twice per operation (`WriteBatch`'s docs). Small pools and small log
+/// rings need smaller batches than [`BARRACUDA_BATCH_OPS`].
+fn barracuda_batch_ops(cache_bytes: usize, log_bytes: u64) -> usize {
     const PAGE_BYTES: usize = (16 << 10) + (8 << 10);
-    let pages = cache_bytes / 2 / PAGE_BYTES;
-    (pages.saturating_sub(8) / 3).clamp(1, BARRACUDA_BATCH_OPS)
+    const IMAGE_BYTES: usize = 8 << 10;
+    const OP_LOG_BYTES: usize = 3 * IMAGE_BYTES + 2 * 1024 + 256;
+    let by_pool = (cache_bytes / 2 / PAGE_BYTES).saturating_sub(8) / 3;
+    let group_bytes_max = (log_bytes as usize / 4).min(16 << 20);
+    let by_log = group_bytes_max.saturating_sub(8 * IMAGE_BYTES) / OP_LOG_BYTES;
+    by_pool.min(by_log).clamp(1, BARRACUDA_BATCH_OPS)
 }
 
 struct BarracudaEngine {
@@ -132,7 +138,7 @@ impl BarracudaEngine {
         Ok(Self {
             db: Some(db),
             tree,
-            batch_ops: barracuda_batch_ops(setup.cache_bytes),
+            batch_ops: barracuda_batch_ops(setup.cache_bytes, setup.barracuda_log_bytes),
         })
     }
 

@@ -188,6 +188,33 @@ impl Drop for Cgroup {
     }
 }
 
+/// Removes the empty cgroups an earlier `compare` left when it was killed
+/// before its `Drop`s ran (their pid is gone). Best effort.
+pub fn remove_stale() {
+    let v1 = mount_point(|fstype, options| {
+        fstype == "cgroup" && options.split(',').any(|o| o == "memory")
+    })
+    .zip(own_cgroup(|_, c| c.split(',').any(|c| c == "memory")));
+    let v2 = mount_point(|fstype, _| fstype == "cgroup2").zip(own_cgroup(|id, _| id == "0"));
+    for (mount, own) in [v1, v2].into_iter().flatten() {
+        for parent in [mount.join(own.trim_start_matches('/')), mount] {
+            let Ok(entries) = fs::read_dir(&parent) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Some(rest) = name.strip_prefix("barracuda-peers-") else {
+                    continue;
+                };
+                let pid = rest.split('-').next().unwrap_or_default();
+                if !Path::new("/proc").join(pid).exists() && fs::remove_dir(entry.path()).is_ok() {
+                    eprintln!("   removed stale cgroup {}", entry.path().display());
+                }
+            }
+        }
+    }
+}
+
 /// Moves the calling process into the cgroup whose `cgroup.procs` is
 /// `procs_file`.
 pub fn join(procs_file: &Path) -> Result<()> {

@@ -27,9 +27,6 @@ const DEFAULT_PAIRS: f64 = 1_000_000.0;
 /// Barracuda's log ring in workload 1: its default.
 const W1_BARRACUDA_LOG_BYTES: u64 = /* 128 MiB */ 128 << 20;
 
-/// Workload 2 rows the parent adds: the cgroup's peak charge.
-const PEAK_CGROUP_ROW: &str = "peak cgroup memory";
-
 /// Barracuda's page compression in workload 2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum W2Codec {
@@ -90,8 +87,10 @@ struct Args {
     /// blocks either way).
     #[arg(long, value_enum, default_value_t = W2Codec::Zstd)]
     barracuda_codec: W2Codec,
-    /// Workload 2: Barracuda's log ring (`Options::log_bytes`), MiB.
-    #[arg(long, default_value_t = 32)]
+    /// Workload 2: Barracuda's log ring (`Options::log_bytes`), MiB. The
+    /// ring is preallocated (counted in the size on disk) and opening scans
+    /// it: 8 MiB instead of the default 128 MiB keeps both small.
+    #[arg(long, default_value_t = 8)]
     barracuda_log_mib: u64,
     /// Workload 1: Barracuda's trees as its defaults (zlib, 16 KiB pages in
     /// 8 KiB blocks) instead of uncompressed pages.
@@ -112,9 +111,9 @@ struct Args {
     /// `cgroup.procs` before it starts.
     #[arg(long, hide = true)]
     cgroup_procs: Option<PathBuf>,
-    /// Internal: the child joins the cgroup only after its load.
-    #[arg(long, hide = true)]
-    join_after_load: bool,
+    /// Internal: which of workload 2's two children this is.
+    #[arg(long, hide = true, value_enum)]
+    phase: Option<Phase>,
 }
 
 fn default_engines() -> Vec<String> {
@@ -167,10 +166,18 @@ fn main() -> Result<()> {
             print_table(&columns, workload);
         }
     }
+    let limit = if workloads.contains(&2) && args.from_json.is_empty() {
+        limit::remove_stale();
+        let limit = Limit::decide(&args);
+        eprintln!("== workload 2 memory limit: {}", limit.describe());
+        limit
+    } else {
+        Limit::None("not used".into())
+    };
     for &workload in workloads.iter().filter(|_| args.from_json.is_empty()) {
         for engine in &args.engines {
             eprintln!("== workload {workload}: {engine}");
-            match run_engine(&args, engine, workload) {
+            match run_engine(&args, engine, workload, &limit) {
                 Ok(column) => columns.push(column),
                 Err(e) => eprintln!("   {engine} skipped: {e:#}"),
             }
@@ -207,77 +214,162 @@ fn columns_by_workload(columns: &[Column]) -> ByWorkload {
         .collect()
 }
 
-/// Runs one engine's child; in workload 2 under its memory limit.
-fn run_engine(args: &Args, engine: &str, workload: u32) -> Result<Column> {
-    if workload != 2 {
-        return spawn_child(args, engine, workload, None);
+/// Runs one engine: workload 1 in one child, workload 2 in two.
+fn run_engine(args: &Args, engine: &str, workload: u32, limit: &Limit) -> Result<Column> {
+    if workload == 1 {
+        return spawn_child(args, engine, 1, None, None);
     }
-    let unlimited = |note: String| -> Result<Column> {
-        let mut column = spawn_child(args, engine, workload, None)?;
-        column.memory_limit = Some(note);
-        column.rows.push(Measurement::bytes(PEAK_CGROUP_ROW, None));
-        Ok(column)
-    };
-    if args.memory_limit == LimitMode::None {
-        return unlimited("none (--memory-limit none): cache settings only".into());
-    }
-    let limit_bytes = ((args.budget_mib + args.overhead_mib) as u64) << 20;
-    let cgroup = match Cgroup::create(engine, limit_bytes) {
-        Ok(cgroup) => cgroup,
-        Err(e) => {
-            eprintln!("   memory limit: none, cache settings only ({e:#})");
-            return unlimited(format!(
-                "none (no memory cgroup: {e:#}): cache settings only"
-            ));
+    let mut notes = Vec::new();
+    let (mut rows, load_peak) = match run_phase(args, engine, Phase::Load, limit) {
+        Err(e) if e.downcast_ref::<OomKilled>().is_some() => {
+            eprintln!("   {e:#}: loading again outside the cgroup");
+            notes.push(format!("{e}: loaded outside the cgroup, read inside"));
+            let rows = spawn_child(args, engine, 2, Some(Phase::Load), None)?.rows;
+            (rows, None)
         }
+        other => other?,
     };
-    eprintln!("   memory limit: {}", cgroup.describe());
-    match spawn_limited(args, engine, &cgroup, false) {
-        Err(e) if cgroup.oom_kills().unwrap_or(0) > 0 => {
-            eprintln!("   {engine} OOM-killed under the limit ({e:#}); again, loading outside it");
-            drop(cgroup);
-            let cgroup = Cgroup::create(engine, limit_bytes)?;
-            let mut column = spawn_limited(args, engine, &cgroup, true).with_context(|| {
-                format!("{engine} failed under the limit also with the load outside it")
-            })?;
-            column
-                .notes
-                .push("loaded outside the cgroup: it was OOM-killed loading inside".into());
-            Ok(column)
+    let reads_peak = match run_phase(args, engine, Phase::Reads, limit) {
+        Ok((reads, peak)) => {
+            rows.extend(reads);
+            peak
         }
-        other => other,
+        Err(e) if e.downcast_ref::<OomKilled>().is_some() => {
+            eprintln!("   {e:#}");
+            notes.push(e.to_string());
+            std::fs::remove_dir_all(args.dir.join(format!("w2-{engine}"))).ok();
+            for (row, unit) in W2_READ_ROWS {
+                rows.push(Measurement::missing(row, unit));
+            }
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    rows.push(Measurement::bytes("peak cgroup memory (load)", load_peak));
+    rows.push(Measurement::bytes("peak cgroup memory (reads)", reads_peak));
+    Ok(Column {
+        workload: 2,
+        engine: engine.to_string(),
+        rows,
+        memory_limit: Some(limit.describe()),
+        notes,
+    })
+}
+
+/// Rows of workload 2's reads child (N/A when it was OOM-killed).
+const W2_READ_ROWS: [(&str, &str); 3] = [
+    ("uniform reads (16 threads)", "ops/s"),
+    ("Zipf 0.9 reads (16 threads)", "ops/s"),
+    ("peak RSS (reads)", "bytes"),
+];
+
+/// The two children of workload 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Phase {
+    /// Loads and closes; leaves the data directory.
+    Load,
+    /// Drops the files' page cache, reopens, reads; removes the directory.
+    Reads,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Load => "load",
+            Phase::Reads => "reads",
+        })
     }
 }
 
-/// One child in `cgroup`: it joins at start, or after its load.
-fn spawn_limited(
+/// A child the kernel's OOM killer killed in its cgroup.
+#[derive(Debug)]
+struct OomKilled {
+    phase: Phase,
+    limit_mib: u64,
+}
+
+impl std::fmt::Display for OomKilled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "OOM-killed in its {} under the {} MiB limit",
+            self.phase, self.limit_mib
+        )
+    }
+}
+
+impl std::error::Error for OomKilled {}
+
+/// How workload 2's children are limited, decided once per run.
+enum Limit {
+    /// A fresh cgroup per child, of this many bytes; the mechanism.
+    Cgroup(u64, String),
+    /// No limit, and why.
+    None(String),
+}
+
+impl Limit {
+    /// Probes the machine (creates and removes one cgroup) when
+    /// `--memory-limit cgroup`.
+    fn decide(args: &Args) -> Limit {
+        if args.memory_limit == LimitMode::None {
+            return Limit::None("none (--memory-limit none): cache settings only".into());
+        }
+        let bytes = ((args.budget_mib + args.overhead_mib) as u64) << 20;
+        match Cgroup::create("probe", bytes) {
+            Ok(cgroup) => Limit::Cgroup(
+                bytes,
+                format!(
+                    "{} per engine process ({} MiB budget + {} MiB process overhead), \
+                     load and reads in separate processes",
+                    cgroup.describe(),
+                    args.budget_mib,
+                    args.overhead_mib
+                ),
+            ),
+            Err(e) => Limit::None(format!(
+                "none (no memory cgroup: {e:#}): cache settings only"
+            )),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Limit::Cgroup(_, text) | Limit::None(text) => text.clone(),
+        }
+    }
+}
+
+/// One child of workload 2, in a fresh cgroup when limited: its rows and
+/// the cgroup's peak charge.
+fn run_phase(
     args: &Args,
     engine: &str,
-    cgroup: &Cgroup,
-    join_after_load: bool,
-) -> Result<Column> {
-    let joined = spawn_child(args, engine, 2, Some((cgroup, join_after_load)));
-    let peak = cgroup.peak_bytes();
-    let oom_kills = cgroup.oom_kills().unwrap_or(0);
-    if oom_kills > 0 {
-        eprintln!("   {engine}: {oom_kills} OOM kill(s) in its cgroup");
-    }
-    let mut column = joined?;
-    let phase = if join_after_load {
-        "reads only"
-    } else {
-        "load and reads"
+    phase: Phase,
+    limit: &Limit,
+) -> Result<(Vec<Measurement>, Option<u64>)> {
+    let Limit::Cgroup(bytes, _) = limit else {
+        return Ok((spawn_child(args, engine, 2, Some(phase), None)?.rows, None));
     };
-    column.memory_limit = Some(format!("{} ({phase})", cgroup.describe()));
-    column.rows.push(Measurement::bytes(PEAK_CGROUP_ROW, peak));
-    Ok(column)
+    let cgroup = Cgroup::create(&format!("{engine}-{phase}"), *bytes)?;
+    let result = spawn_child(args, engine, 2, Some(phase), Some(&cgroup));
+    let peak = cgroup.peak_bytes();
+    if cgroup.oom_kills().unwrap_or(0) > 0 && result.is_err() {
+        let oom = OomKilled {
+            phase,
+            limit_mib: bytes >> 20,
+        };
+        return Err(anyhow::Error::new(oom));
+    }
+    Ok((result?.rows, peak))
 }
 
 fn spawn_child(
     args: &Args,
     engine: &str,
     workload: u32,
-    cgroup: Option<(&Cgroup, bool)>,
+    phase: Option<Phase>,
+    cgroup: Option<&Cgroup>,
 ) -> Result<Column> {
     let exe = std::env::current_exe().context("own path")?;
     let mut command = Command::new(exe);
@@ -293,9 +385,11 @@ fn spawn_child(
         .args(args.barracuda_zlib.then_some("--barracuda-zlib"))
         .arg("--dir")
         .arg(&args.dir);
-    if let Some((cgroup, join_after_load)) = cgroup {
+    if let Some(phase) = phase {
+        command.args(["--phase", &phase.to_string()]);
+    }
+    if let Some(cgroup) = cgroup {
         command.arg("--cgroup-procs").arg(cgroup.procs_file());
-        command.args(join_after_load.then_some("--join-after-load"));
     }
     let output = command
         .stderr(std::process::Stdio::inherit())
@@ -308,13 +402,13 @@ fn spawn_child(
 }
 
 fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
-    if let Some(procs) = args.cgroup_procs.as_deref()
-        && !args.join_after_load
-    {
+    // First, before the workload allocates anything.
+    if let Some(procs) = args.cgroup_procs.as_deref() {
         limit::join(procs)?;
     }
     let dir = args.dir.join(format!("w{workload}-{engine}"));
-    if dir.exists() {
+    let phase = args.phase.unwrap_or(Phase::Load);
+    if (workload == 1 || phase == Phase::Load) && dir.exists() {
         std::fs::remove_dir_all(&dir).context("remove old data")?;
     }
     let mut log = |line: &str| eprintln!("  {line}");
@@ -331,7 +425,9 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             barracuda_log_bytes: W1_BARRACUDA_LOG_BYTES,
         };
         let pairs = (DEFAULT_PAIRS * args.scale) as usize;
-        workloads::workload1(engine, &setup, pairs, &mut log)?
+        let rows = workloads::workload1(engine, &setup, pairs, &mut log)?;
+        std::fs::remove_dir_all(&dir).context("remove data")?;
+        rows
     } else {
         let compression = match args.barracuda_codec {
             W2Codec::Zstd => barracuda::Compression::Zstd {
@@ -347,16 +443,17 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
         };
         let pair_bytes = workloads::KEY_BYTES + workloads::LARGE_VALUE_BYTES;
         let pairs = 4 * (args.budget_mib << 20) / pair_bytes;
-        let mut before_reads = || cold_start(args, engine, &dir);
-        workloads::workload2(
-            engine,
-            &setup,
-            (pairs, args.reads),
-            &mut before_reads,
-            &mut log,
-        )?
+        match phase {
+            Phase::Load => workloads::workload2_load(engine, &setup, pairs, &mut log)?,
+            Phase::Reads => {
+                drop_cache(engine, &dir)?;
+                let rows =
+                    workloads::workload2_reads(engine, &setup, (pairs, args.reads), &mut log)?;
+                std::fs::remove_dir_all(&dir).context("remove data")?;
+                rows
+            }
+        }
     };
-    std::fs::remove_dir_all(&dir).context("remove data")?;
     let column = Column {
         workload,
         engine: engine.to_string(),
@@ -368,17 +465,13 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
     Ok(())
 }
 
-/// Between workload 2's load and its reads (the engine closed): joins the
-/// cgroup if the load ran outside it, then drops the files' page cache.
-fn cold_start(args: &Args, engine: &str, dir: &std::path::Path) -> Result<()> {
-    if let Some(procs) = args.cgroup_procs.as_deref()
-        && args.join_after_load
-    {
-        limit::join(procs)?;
-    }
+/// Before workload 2's reads: the files closed by the load's process lose
+/// their page cache, so every engine starts its reads cold.
+fn drop_cache(engine: &str, dir: &std::path::Path) -> Result<()> {
     let dropped = limit::drop_file_cache(dir)?;
     eprintln!(
-        "  {engine}: page cache of its {:.1} MiB of files: {:.1} MiB before, {:.1} MiB after POSIX_FADV_DONTNEED",
+        "  {engine}: page cache of its {:.1} MiB of files: {:.1} MiB before, \
+         {:.1} MiB after POSIX_FADV_DONTNEED",
         dropped.file_bytes as f64 / f64::from(1 << 20),
         dropped.resident_before_bytes as f64 / f64::from(1 << 20),
         dropped.resident_after_bytes as f64 / f64::from(1 << 20),
@@ -437,7 +530,10 @@ fn median(sorted: &[f64]) -> Option<f64> {
 
 /// Index of the best engine of row `i` (lowest ms/bytes, highest ops/s).
 fn best(columns: &[&Column], i: usize) -> Option<usize> {
-    let higher_is_better = columns.first()?.rows.get(i)?.unit == "ops/s";
+    let higher_is_better = columns
+        .iter()
+        .filter_map(|c| c.rows.get(i))
+        .any(|m| m.unit == "ops/s");
     let mut best: Option<(usize, f64)> = None;
     for (j, column) in columns.iter().enumerate() {
         let Some(value) = column.rows.get(i).and_then(|m| m.value) else {

@@ -59,6 +59,16 @@ impl Measurement {
         }
     }
 
+    /// N/A (the engine could not run the row).
+    pub fn missing(row: &str, unit: &str) -> Self {
+        Self {
+            row: row.to_string(),
+            value: None,
+            unit: unit.to_string(),
+            range: None,
+        }
+    }
+
     /// A size (or N/A).
     pub fn bytes(row: &str, bytes: Option<u64>) -> Self {
         Self {
@@ -289,52 +299,64 @@ fn scatter(rank: usize, n: usize) -> usize {
     ((rank as u128 * MULTIPLIER) % n as u128) as usize
 }
 
-/// Runs workload 2: `pairs` compressible pairs loaded and closed, then
-/// `before_reads` (which makes the files cold and may move the process into
-/// its memory cgroup), then `reads` gets from [`W2_THREADS`] threads,
-/// uniform and Zipf, on the reopened engine.
-pub fn workload2(
-    name: &str,
-    setup: &Setup,
-    (pairs, reads): (usize, usize),
-    before_reads: &mut dyn FnMut() -> Result<()>,
-    log: &mut dyn FnMut(&str),
-) -> Result<Vec<Measurement>> {
-    let mut rows = Vec::new();
+/// Workload 2's keys: `pairs` from the seeded generator, in one flat array
+/// (6 MiB at 262,144 keys, not a `Vec` per key: the harness's own memory
+/// counts against every engine's limit).
+fn w2_keys(pairs: usize) -> Vec<[u8; KEY_BYTES]> {
     let mut rng = make_rng();
-    // One flat array (6 MiB at 262,144 keys), not a `Vec` per key: the
-    // harness's own memory counts against every engine's limit.
-    let keys: Vec<[u8; KEY_BYTES]> = (0..pairs)
+    (0..pairs)
         .map(|_| {
             let mut key = [0; KEY_BYTES];
             rng.fill_bytes(&mut key);
             key
         })
-        .collect();
-    {
-        let engine = engines::open(name, setup)?;
-        let start = Instant::now();
-        let mut values = make_rng();
-        for chunk in keys.chunks(W2_LOAD_COMMIT_PAIRS) {
-            let mut ops = chunk
-                .iter()
-                .map(|key| Op::Put(key.to_vec(), compressible_value(&mut values)));
-            engine.commit(&mut ops, true)?;
-        }
-        rows.push(Measurement::millis("load", start.elapsed()));
-        if let Some(counters) = engine.counters() {
-            log(&format!("{name} counters after load: {counters}"));
-        }
-        engine.close()?;
-    }
-    log(&format!("{name}: loaded {pairs}"));
-    log(&format!("{name} files: {}", file_sizes(&setup.dir)));
-    rows.push(Measurement::bytes(
-        "size on disk",
-        Some(engines::directory_bytes(&setup.dir)),
-    ));
-    before_reads()?;
+        .collect()
+}
 
+/// Workload 2's load: `pairs` compressible pairs in durable commits of
+/// [`W2_LOAD_COMMIT_PAIRS`], then the engine is closed. Rows: load time,
+/// size on disk.
+pub fn workload2_load(
+    name: &str,
+    setup: &Setup,
+    pairs: usize,
+    log: &mut dyn FnMut(&str),
+) -> Result<Vec<Measurement>> {
+    let keys = w2_keys(pairs);
+    let engine = engines::open(name, setup)?;
+    let start = Instant::now();
+    let mut values = make_rng();
+    for chunk in keys.chunks(W2_LOAD_COMMIT_PAIRS) {
+        let mut ops = chunk
+            .iter()
+            .map(|key| Op::Put(key.to_vec(), compressible_value(&mut values)));
+        engine.commit(&mut ops, true)?;
+    }
+    let load = Measurement::millis("load", start.elapsed());
+    if let Some(counters) = engine.counters() {
+        log(&format!("{name} counters after load: {counters}"));
+    }
+    engine.close()?;
+    log(&format!(
+        "{name}: loaded {pairs} in {:.1} s",
+        load.value.unwrap_or(0.0) / 1e3
+    ));
+    log(&format!("{name} files: {}", file_sizes(&setup.dir)));
+    let size = Measurement::bytes("size on disk", Some(engines::directory_bytes(&setup.dir)));
+    Ok(vec![load, size])
+}
+
+/// Workload 2's reads, on the data [`workload2_load`] left (cold: the
+/// caller dropped its page cache): `reads` gets from [`W2_THREADS`]
+/// threads, uniform and Zipf. Rows: the two rates, the peak RSS.
+pub fn workload2_reads(
+    name: &str,
+    setup: &Setup,
+    (pairs, reads): (usize, usize),
+    log: &mut dyn FnMut(&str),
+) -> Result<Vec<Measurement>> {
+    let keys = w2_keys(pairs);
+    let mut rows = Vec::new();
     let engine = engines::open(name, setup)?;
     let zipf = Zipf::new(pairs, ZIPF_EXPONENT);
     for (row, skewed) in [
@@ -349,7 +371,7 @@ pub fn workload2(
         }
     }
     engine.close()?;
-    rows.push(Measurement::bytes("peak RSS", peak_rss_bytes()));
+    rows.push(Measurement::bytes("peak RSS (reads)", peak_rss_bytes()));
     Ok(rows)
 }
 
