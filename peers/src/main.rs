@@ -265,9 +265,10 @@ fn run_engine(args: &Args, engine: &str, workload: u32, limit: &Limit) -> Result
 }
 
 /// Rows of workload 2's reads child (N/A when it was OOM-killed).
-const W2_READ_ROWS: [(&str, &str); 3] = [
+const W2_READ_ROWS: [(&str, &str); 4] = [
     ("uniform reads (16 threads)", "ops/s"),
     ("Zipf 0.9 reads (16 threads)", "ops/s"),
+    ("CPU time of the reads (user+sys)", "ms"),
     ("peak RSS (reads)", "bytes"),
 ];
 
@@ -435,6 +436,7 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             dir: dir.clone(),
             barracuda_tree: tree,
             barracuda_log_bytes: W1_BARRACUDA_LOG_BYTES,
+            lmdb_no_read_ahead: false,
         };
         let pairs = (DEFAULT_PAIRS * args.scale) as usize;
         let rows = workloads::workload1(engine, &setup, pairs, &mut log)?;
@@ -452,6 +454,7 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             dir: dir.clone(),
             barracuda_tree: barracuda::TreeOptions::default().compression(compression),
             barracuda_log_bytes: args.barracuda_log_mib << 20,
+            lmdb_no_read_ahead: true,
         };
         let pair_bytes = workloads::KEY_BYTES + workloads::LARGE_VALUE_BYTES;
         let pairs = 4 * (args.budget_mib << 20) / pair_bytes;

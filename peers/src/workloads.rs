@@ -359,6 +359,7 @@ pub fn workload2_reads(
     let mut rows = Vec::new();
     let engine = engines::open(name, setup)?;
     let zipf = Zipf::new(pairs, ZIPF_EXPONENT);
+    let cpu_before = cpu_time();
     for (row, skewed) in [
         ("uniform reads (16 threads)", false),
         ("Zipf 0.9 reads (16 threads)", true),
@@ -370,6 +371,10 @@ pub fn workload2_reads(
             log(&format!("{name} counters: {counters}"));
         }
     }
+    rows.push(Measurement::millis(
+        "CPU time of the reads (user+sys)",
+        cpu_time().saturating_sub(cpu_before),
+    ));
     engine.close()?;
     rows.push(Measurement::bytes("peak RSS (reads)", peak_rss_bytes()));
     Ok(rows)
@@ -408,6 +413,20 @@ fn w2_reads(
         Ok(())
     })?;
     Ok(start.elapsed())
+}
+
+/// User + system CPU time of the whole process so far (all threads).
+fn cpu_time() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `usage` is a valid out-pointer for one `rusage`.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    // SAFETY: getrusage filled it (rc == 0); zeroed is valid anyway.
+    let usage = unsafe { usage.assume_init() };
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }
 
 /// The process's peak resident set (VmHWM), in bytes.
