@@ -57,6 +57,8 @@ pub struct Setup {
     /// Barracuda only: size of its log ring (`Options::log_bytes`), which
     /// is preallocated and counted in the size on disk.
     pub barracuda_log_bytes: u64,
+    /// Barracuda only: its I/O backend (`Options::io_backend`).
+    pub barracuda_io: barracuda::io::Backend,
     /// LMDB only: `MDB_NORDAHEAD`, its documented setting for random reads
     /// of a database larger than memory (workload 2). With the kernel's
     /// 128 KiB read-ahead on every fault of its map, LMDB read 166 GB from
@@ -135,6 +137,7 @@ impl BarracudaEngine {
         let db = barracuda::Db::options()
             .default_tree_options(setup.barracuda_tree.clone())
             .log_bytes(setup.barracuda_log_bytes)
+            .io_backend(setup.barracuda_io)
             .buffer_pool_bytes(setup.cache_bytes)
             .durability(barracuda::Durability::Sync)
             .open(&setup.dir)

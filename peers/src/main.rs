@@ -36,6 +36,15 @@ enum W2Codec {
     Zlib,
 }
 
+/// Barracuda's I/O backend in workload 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum W2Io {
+    /// io_uring where available (`Backend::Auto`, the default).
+    Auto,
+    /// pread/pwrite (`Backend::Pread`).
+    Pread,
+}
+
 /// zstd's own default level.
 const W2_ZSTD_LEVEL: i32 = 3;
 
@@ -91,6 +100,13 @@ struct Args {
     /// blocks either way).
     #[arg(long, value_enum, default_value_t = W2Codec::Zstd)]
     barracuda_codec: W2Codec,
+    /// Workload 2, diagnosis only: Barracuda's buffer pool in MiB instead
+    /// of the budget (the memory a cgroup leaves it; not a fair column).
+    #[arg(long)]
+    barracuda_pool_mib: Option<usize>,
+    /// Workload 2: Barracuda's I/O backend.
+    #[arg(long, value_enum, default_value_t = W2Io::Auto)]
+    barracuda_io: W2Io,
     /// Workload 2: Barracuda's log ring (`Options::log_bytes`), MiB. The
     /// ring is preallocated (counted in the size on disk) and opening scans
     /// it: 8 MiB instead of the default 128 MiB keeps both small.
@@ -395,6 +411,12 @@ fn spawn_child(
         .args(["--barracuda-log-mib", &args.barracuda_log_mib.to_string()])
         .arg("--barracuda-codec")
         .arg(format!("{:?}", args.barracuda_codec).to_lowercase())
+        .args(
+            args.barracuda_pool_mib
+                .map(|mib| format!("--barracuda-pool-mib={mib}")),
+        )
+        .arg("--barracuda-io")
+        .arg(format!("{:?}", args.barracuda_io).to_lowercase())
         .args(args.barracuda_zlib.then_some("--barracuda-zlib"))
         .arg("--dir")
         .arg(&args.dir);
@@ -436,6 +458,7 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             dir: dir.clone(),
             barracuda_tree: tree,
             barracuda_log_bytes: W1_BARRACUDA_LOG_BYTES,
+            barracuda_io: barracuda::io::Backend::Auto,
             lmdb_no_read_ahead: false,
         };
         let pairs = (DEFAULT_PAIRS * args.scale) as usize;
@@ -449,11 +472,19 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             },
             W2Codec::Zlib => barracuda::Compression::Zlib { level: 6 },
         };
+        let cache_mib = match engine {
+            "barracuda" => args.barracuda_pool_mib.unwrap_or(args.budget_mib),
+            _ => args.budget_mib,
+        };
         let setup = Setup {
-            cache_bytes: args.budget_mib << 20,
+            cache_bytes: cache_mib << 20,
             dir: dir.clone(),
             barracuda_tree: barracuda::TreeOptions::default().compression(compression),
             barracuda_log_bytes: args.barracuda_log_mib << 20,
+            barracuda_io: match args.barracuda_io {
+                W2Io::Auto => barracuda::io::Backend::Auto,
+                W2Io::Pread => barracuda::io::Backend::Pread,
+            },
             lmdb_no_read_ahead: true,
         };
         let pair_bytes = workloads::KEY_BYTES + workloads::LARGE_VALUE_BYTES;
@@ -521,6 +552,19 @@ fn medians(columns: &[Column]) -> Vec<Column> {
             })
             .collect();
         let mut notes: Vec<String> = runs.iter().flat_map(|r| r.notes.clone()).collect();
+        for (i, row) in column.rows.iter().enumerate() {
+            let measured = runs
+                .iter()
+                .filter(|run| run.rows.get(i).is_some_and(|m| m.value.is_some()))
+                .count();
+            if measured > 0 && measured < runs.len() {
+                notes.push(format!(
+                    "{}: median of {measured} of {} runs (N/A in the others)",
+                    row.row,
+                    runs.len()
+                ));
+            }
+        }
         notes.sort();
         notes.dedup();
         merged.push(Column {
