@@ -360,6 +360,7 @@ pub fn workload2_reads(
     let engine = engines::open(name, setup)?;
     let zipf = Zipf::new(pairs, ZIPF_EXPONENT);
     let cpu_before = cpu_time();
+    let disk_before = disk_read_bytes();
     for (row, skewed) in [
         ("uniform reads (16 threads)", false),
         ("Zipf 0.9 reads (16 threads)", true),
@@ -374,6 +375,13 @@ pub fn workload2_reads(
     rows.push(Measurement::millis(
         "CPU time of the reads (user+sys)",
         cpu_time().saturating_sub(cpu_before),
+    ));
+    let disk_bytes = disk_read_bytes()
+        .zip(disk_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    rows.push(Measurement::bytes(
+        "read from the disk by the reads",
+        disk_bytes,
     ));
     engine.close()?;
     rows.push(Measurement::bytes("peak RSS (reads)", peak_rss_bytes()));
@@ -413,6 +421,14 @@ fn w2_reads(
         Ok(())
     })?;
     Ok(start.elapsed())
+}
+
+/// Bytes this process has had read from storage (`read_bytes` of
+/// /proc/self/io: O_DIRECT reads, page-cache misses and map faults alike).
+fn disk_read_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    let line = io.lines().find(|line| line.starts_with("read_bytes:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// User + system CPU time of the whole process so far (all threads).
