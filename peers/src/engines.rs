@@ -50,10 +50,20 @@ pub struct Setup {
     pub cache_bytes: usize,
     /// The engine's own directory (created empty).
     pub dir: PathBuf,
-    /// Barracuda only: uncompressed pages instead of the default zlib
-    /// 16 KiB pages in 8 KiB blocks. Workload 1's values are random bytes,
-    /// which do not compress (and the default fails on them: see the notes).
-    pub barracuda_uncompressed: bool,
+    /// Barracuda only: how its tree stores pages (workload 1's random
+    /// values do not compress: uncompressed pages there; workload 2's
+    /// compressible values: zstd by default).
+    pub barracuda_tree: barracuda::TreeOptions,
+    /// Barracuda only: size of its log ring (`Options::log_bytes`), which
+    /// is preallocated and counted in the size on disk.
+    pub barracuda_log_bytes: u64,
+    /// Barracuda only: its I/O backend (`Options::io_backend`).
+    pub barracuda_io: barracuda::io::Backend,
+    /// LMDB only: `MDB_NORDAHEAD`, its documented setting for random reads
+    /// of a database larger than memory (workload 2). With the kernel's
+    /// 128 KiB read-ahead on every fault of its map, LMDB read 166 GB from
+    /// the disk in six minutes under the memory cgroup and did not finish.
+    pub lmdb_no_read_ahead: bool,
 }
 
 /// Opens engine `name` in `setup.dir`.
@@ -100,26 +110,44 @@ pub fn directory_bytes(path: &Path) -> u64 {
 /// Larger transactions are split into batches of this many.
 const BARRACUDA_BATCH_OPS: usize = 300;
 
+/// A batch's pages stay pinned until it is logged: at most half the pool,
+/// counted as three pages per operation (a 16 KiB frame and an 8 KiB block
+/// each) plus 8 for the upper levels; and its log group may be at most a
+/// quarter of the log ring, counted as three 8 KiB images and the entry
+/// twice per operation (`WriteBatch`'s docs). Small pools and small log
+/// rings need smaller batches than [`BARRACUDA_BATCH_OPS`].
+fn barracuda_batch_ops(cache_bytes: usize, log_bytes: u64) -> usize {
+    const PAGE_BYTES: usize = (16 << 10) + (8 << 10);
+    const IMAGE_BYTES: usize = 8 << 10;
+    const OP_LOG_BYTES: usize = 3 * IMAGE_BYTES + 2 * 1024 + 256;
+    let by_pool = (cache_bytes / 2 / PAGE_BYTES).saturating_sub(8) / 3;
+    let group_bytes_max = (log_bytes as usize / 4).min(16 << 20);
+    let by_log = group_bytes_max.saturating_sub(8 * IMAGE_BYTES) / OP_LOG_BYTES;
+    by_pool.min(by_log).clamp(1, BARRACUDA_BATCH_OPS)
+}
+
 struct BarracudaEngine {
     db: Option<barracuda::Db>,
     tree: barracuda::Tree,
+    batch_ops: usize,
 }
 
 impl BarracudaEngine {
     fn open(setup: &Setup) -> Result<Self> {
-        let mut options = barracuda::Db::options();
-        if setup.barracuda_uncompressed {
-            options = options.default_tree_options(
-                barracuda::TreeOptions::default().compression(barracuda::Compression::None),
-            );
-        }
-        let db = options
+        let db = barracuda::Db::options()
+            .default_tree_options(setup.barracuda_tree.clone())
+            .log_bytes(setup.barracuda_log_bytes)
+            .io_backend(setup.barracuda_io)
             .buffer_pool_bytes(setup.cache_bytes)
             .durability(barracuda::Durability::Sync)
             .open(&setup.dir)
             .context("barracuda open")?;
         let tree = db.tree("bench").context("barracuda tree")?;
-        Ok(Self { db: Some(db), tree })
+        Ok(Self {
+            db: Some(db),
+            tree,
+            batch_ops: barracuda_batch_ops(setup.cache_bytes, setup.barracuda_log_bytes),
+        })
     }
 
     fn db(&self) -> &barracuda::Db {
@@ -128,14 +156,15 @@ impl BarracudaEngine {
 }
 
 impl Engine for BarracudaEngine {
-    /// Splits into batches of [`BARRACUDA_BATCH_OPS`]: every batch but the
+    /// Splits into batches of [`BARRACUDA_BATCH_OPS`] (fewer in a small
+    /// pool: [`barracuda_batch_ops`]): every batch but the
     /// last is `NoSync`, the last waits for the log's fsync, which covers
     /// the earlier ones (one fsync per transaction, like the others).
     fn commit(&self, ops: &mut dyn Iterator<Item = Op>, durable: bool) -> Result<()> {
         let mut ops = ops.peekable();
         loop {
             let mut batch = barracuda::WriteBatch::new();
-            while batch.len() < BARRACUDA_BATCH_OPS {
+            while batch.len() < self.batch_ops {
                 match ops.next() {
                     Some(Op::Put(key, value)) => batch.put(&self.tree, &key, &value),
                     Some(Op::Delete(key)) => batch.delete(&self.tree, &key),
@@ -313,12 +342,16 @@ impl LmdbEngine {
     /// LMDB has no cache setting of its own: its cache is the OS page cache.
     /// Default flags: every commit is durable (fsync).
     fn open(setup: &Setup) -> Result<Self> {
-        // SAFETY: the directory is fresh and opened once by this process.
+        // SAFETY: the directory is opened once by this process (the load
+        // and the reads are separate processes), and NO_READ_AHEAD is not
+        // one of the flags that weaken LMDB's guarantees.
         let env = unsafe {
-            heed::EnvOpenOptions::new()
-                .map_size(LMDB_MAP_BYTES)
-                .max_readers(64)
-                .open(&setup.dir)?
+            let mut options = heed::EnvOpenOptions::new();
+            options.map_size(LMDB_MAP_BYTES).max_readers(64);
+            if setup.lmdb_no_read_ahead {
+                options.flags(heed::EnvFlags::NO_READ_AHEAD);
+            }
+            options.open(&setup.dir)?
         };
         let mut txn = env.write_txn()?;
         let db = env.create_database(&mut txn, None)?;

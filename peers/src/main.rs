@@ -1,10 +1,12 @@
 //! `compare`: Barracuda side by side with redb, LMDB, RocksDB, sled and
 //! fjall. Workload 1 is redb's benchmark; workload 2 reads compressible
 //! values from data four times the memory budget. Every engine runs in its
-//! own child process; the parent prints a markdown table (one column per
-//! engine), and writes `--json` and a `--plot` SVG.
+//! own child process; in workload 2 each child runs in its own memory
+//! cgroup (see [`limit`]). The parent prints a markdown table (one column
+//! per engine), and writes `--json` and a `--plot` SVG.
 
 mod engines;
+mod limit;
 mod plot;
 mod workloads;
 
@@ -16,10 +18,35 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 
 use engines::{ENGINE_NAMES, Setup};
+use limit::{Cgroup, LimitMode};
 use workloads::Measurement;
 
 /// redb's harness uses 5,000,000 pairs; the default here is 1,000,000.
 const DEFAULT_PAIRS: f64 = 1_000_000.0;
+
+/// Barracuda's log ring in workload 1: its default.
+const W1_BARRACUDA_LOG_BYTES: u64 = /* 128 MiB */ 128 << 20;
+
+/// Barracuda's page compression in workload 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum W2Codec {
+    /// Zstandard (`Compression::Zstd`), level [`W2_ZSTD_LEVEL`].
+    Zstd,
+    /// zlib level 6, Barracuda's default.
+    Zlib,
+}
+
+/// Barracuda's I/O backend in workload 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum W2Io {
+    /// io_uring where available (`Backend::Auto`, the default).
+    Auto,
+    /// pread/pwrite (`Backend::Pread`).
+    Pread,
+}
+
+/// zstd's own default level.
+const W2_ZSTD_LEVEL: i32 = 3;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -56,6 +83,42 @@ struct Args {
     /// Writes a bar chart (each row relative to its best engine) as SVG.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Workload 2: how each engine's memory is limited: `cgroup` (its own
+    /// memory cgroup of budget + overhead, which charges the OS page cache
+    /// too, for the load and for the reads), `cgroup-reads` (for the reads
+    /// only, the default: see docs/benchmarks.md on why the load is not)
+    /// or `none` (the engines' cache settings only).
+    #[arg(long, value_enum, default_value_t = LimitMode::CgroupReads)]
+    memory_limit: LimitMode,
+    /// Workload 2: MiB each cgroup allows on top of the budget, for the
+    /// process itself. Peak RSS of the reads child of a 4 MiB dataset
+    /// with a 1 MiB cache: Barracuda 21.5 MiB, sled 21.0, redb 18.3, LMDB
+    /// 12.5 (its map included), fjall 10.5; plus the harness's key array
+    /// and Zipf table at full size (8 MiB): about 30 MiB. With 32 MiB,
+    /// redb's reads child was OOM-killed in its Zipf pass at full size;
+    /// 48 is the next 16 MiB step.
+    #[arg(long, default_value_t = 48)]
+    overhead_mib: usize,
+    /// Workload 2: Barracuda's page compression (16 KiB pages in 8 KiB
+    /// blocks either way).
+    #[arg(long, value_enum, default_value_t = W2Codec::Zstd)]
+    barracuda_codec: W2Codec,
+    /// Workload 2, diagnosis only: Barracuda's buffer pool in MiB instead
+    /// of the budget (the memory a cgroup leaves it; not a fair column).
+    #[arg(long)]
+    barracuda_pool_mib: Option<usize>,
+    /// Workload 2: Barracuda's page size in KiB, 8 or 16 (its default),
+    /// compressed into blocks of half the page.
+    #[arg(long, default_value_t = 16)]
+    barracuda_page_kib: usize,
+    /// Workload 2: Barracuda's I/O backend.
+    #[arg(long, value_enum, default_value_t = W2Io::Auto)]
+    barracuda_io: W2Io,
+    /// Workload 2: Barracuda's log ring (`Options::log_bytes`), MiB. The
+    /// ring is preallocated (counted in the size on disk) and opening scans
+    /// it: 8 MiB instead of the default 128 MiB keeps both small.
+    #[arg(long, default_value_t = 8)]
+    barracuda_log_mib: u64,
     /// Workload 1: Barracuda's trees as its defaults (zlib, 16 KiB pages in
     /// 8 KiB blocks) instead of uncompressed pages.
     #[arg(long)]
@@ -64,9 +127,20 @@ struct Args {
     /// merging runs and redrawing the chart).
     #[arg(long, num_args = 1..)]
     from_json: Vec<PathBuf>,
+    /// With `--from-json`: one column per workload and engine, each value
+    /// the median of the files' (their min-max kept).
+    #[arg(long)]
+    median: bool,
     /// Internal: run one engine in this process and print its JSON.
     #[arg(long, hide = true)]
     child: Option<String>,
+    /// Internal: the child moves itself into the cgroup of this
+    /// `cgroup.procs` before it starts.
+    #[arg(long, hide = true)]
+    cgroup_procs: Option<PathBuf>,
+    /// Internal: which of workload 2's two children this is.
+    #[arg(long, hide = true, value_enum)]
+    phase: Option<Phase>,
 }
 
 fn default_engines() -> Vec<String> {
@@ -83,6 +157,12 @@ struct Column {
     workload: u32,
     engine: String,
     rows: Vec<Measurement>,
+    /// How the child's memory was limited (workload 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    memory_limit: Option<String>,
+    /// What else a reader of the numbers must know.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
 }
 
 fn main() -> Result<()> {
@@ -103,6 +183,9 @@ fn main() -> Result<()> {
             let more: Vec<Column> = serde_json::from_str(&text)?;
             columns.extend(more);
         }
+        if args.median {
+            columns = medians(&columns);
+        }
         let mut seen: Vec<u32> = columns.iter().map(|c| c.workload).collect();
         seen.sort_unstable();
         seen.dedup();
@@ -110,10 +193,18 @@ fn main() -> Result<()> {
             print_table(&columns, workload);
         }
     }
+    let limit = if workloads.contains(&2) && args.from_json.is_empty() {
+        limit::remove_stale();
+        let limit = Limit::decide(&args);
+        eprintln!("== workload 2 memory limit: {}", limit.describe());
+        limit
+    } else {
+        Limit::None("not used".into())
+    };
     for &workload in workloads.iter().filter(|_| args.from_json.is_empty()) {
         for engine in &args.engines {
             eprintln!("== workload {workload}: {engine}");
-            match spawn_child(&args, engine, workload) {
+            match run_engine(&args, engine, workload, &limit) {
                 Ok(column) => columns.push(column),
                 Err(e) => eprintln!("   {engine} skipped: {e:#}"),
             }
@@ -150,17 +241,201 @@ fn columns_by_workload(columns: &[Column]) -> ByWorkload {
         .collect()
 }
 
-fn spawn_child(args: &Args, engine: &str, workload: u32) -> Result<Column> {
+/// Runs one engine: workload 1 in one child, workload 2 in two.
+fn run_engine(args: &Args, engine: &str, workload: u32, limit: &Limit) -> Result<Column> {
+    if workload == 1 {
+        return spawn_child(args, engine, 1, None, None);
+    }
+    let mut notes = Vec::new();
+    let load_limit = match args.memory_limit {
+        LimitMode::Cgroup => limit,
+        _ => &Limit::None(String::new()),
+    };
+    let (mut rows, load_peak) = match run_phase(args, engine, Phase::Load, load_limit) {
+        Err(e) if e.downcast_ref::<OomKilled>().is_some() => {
+            eprintln!("   {e:#}: loading again outside the cgroup");
+            notes.push(format!("{e}: loaded outside the cgroup, read inside"));
+            let rows = spawn_child(args, engine, 2, Some(Phase::Load), None)?.rows;
+            (rows, None)
+        }
+        other => other?,
+    };
+    let reads_peak = match run_phase(args, engine, Phase::Reads, limit) {
+        Ok((reads, peak)) => {
+            rows.extend(reads);
+            peak
+        }
+        Err(e) if e.downcast_ref::<OomKilled>().is_some() => {
+            eprintln!("   {e:#}");
+            notes.push(e.to_string());
+            std::fs::remove_dir_all(args.dir.join(format!("w2-{engine}"))).ok();
+            for (row, unit) in W2_READ_ROWS {
+                rows.push(Measurement::missing(row, unit));
+            }
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    rows.push(Measurement::bytes("peak cgroup memory (load)", load_peak));
+    rows.push(Measurement::bytes("peak cgroup memory (reads)", reads_peak));
+    Ok(Column {
+        workload: 2,
+        engine: engine.to_string(),
+        rows,
+        memory_limit: Some(limit.describe()),
+        notes,
+    })
+}
+
+/// Rows of workload 2's reads child (N/A when it was OOM-killed).
+const W2_READ_ROWS: [(&str, &str); 5] = [
+    ("uniform reads (16 threads)", "ops/s"),
+    ("Zipf 0.9 reads (16 threads)", "ops/s"),
+    ("CPU time of the reads (user+sys)", "ms"),
+    ("read from the disk by the reads", "bytes"),
+    ("peak RSS (reads)", "bytes"),
+];
+
+/// The two children of workload 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Phase {
+    /// Loads and closes; leaves the data directory.
+    Load,
+    /// Drops the files' page cache, reopens, reads; removes the directory.
+    Reads,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Load => "load",
+            Phase::Reads => "reads",
+        })
+    }
+}
+
+/// A child the kernel's OOM killer killed in its cgroup.
+#[derive(Debug)]
+struct OomKilled {
+    phase: Phase,
+    limit_mib: u64,
+}
+
+impl std::fmt::Display for OomKilled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "OOM-killed in its {} under the {} MiB limit",
+            self.phase, self.limit_mib
+        )
+    }
+}
+
+impl std::error::Error for OomKilled {}
+
+/// How workload 2's children are limited, decided once per run.
+enum Limit {
+    /// A fresh cgroup per child, of this many bytes; the mechanism.
+    Cgroup(u64, String),
+    /// No limit, and why.
+    None(String),
+}
+
+impl Limit {
+    /// Probes the machine (creates and removes one cgroup) when
+    /// `--memory-limit cgroup`.
+    fn decide(args: &Args) -> Limit {
+        if args.memory_limit == LimitMode::None {
+            return Limit::None("none (--memory-limit none): cache settings only".into());
+        }
+        let bytes = ((args.budget_mib + args.overhead_mib) as u64) << 20;
+        match Cgroup::create("probe", bytes) {
+            Ok(cgroup) => Limit::Cgroup(
+                bytes,
+                format!(
+                    "{} per engine process ({} MiB budget + {} MiB process overhead), \
+                     load and reads in separate processes, {}",
+                    cgroup.describe(),
+                    args.budget_mib,
+                    args.overhead_mib,
+                    match args.memory_limit {
+                        LimitMode::CgroupReads => "the reads limited, the load not",
+                        _ => "both limited",
+                    }
+                ),
+            ),
+            Err(e) => Limit::None(format!(
+                "none (no memory cgroup: {e:#}): cache settings only"
+            )),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Limit::Cgroup(_, text) | Limit::None(text) => text.clone(),
+        }
+    }
+}
+
+/// One child of workload 2, in a fresh cgroup when limited: its rows and
+/// the cgroup's peak charge.
+fn run_phase(
+    args: &Args,
+    engine: &str,
+    phase: Phase,
+    limit: &Limit,
+) -> Result<(Vec<Measurement>, Option<u64>)> {
+    let Limit::Cgroup(bytes, _) = limit else {
+        return Ok((spawn_child(args, engine, 2, Some(phase), None)?.rows, None));
+    };
+    let cgroup = Cgroup::create(&format!("{engine}-{phase}"), *bytes)?;
+    let result = spawn_child(args, engine, 2, Some(phase), Some(&cgroup));
+    let peak = cgroup.peak_bytes();
+    if cgroup.oom_kills().unwrap_or(0) > 0 && result.is_err() {
+        let oom = OomKilled {
+            phase,
+            limit_mib: bytes >> 20,
+        };
+        return Err(anyhow::Error::new(oom));
+    }
+    Ok((result?.rows, peak))
+}
+
+fn spawn_child(
+    args: &Args,
+    engine: &str,
+    workload: u32,
+    phase: Option<Phase>,
+    cgroup: Option<&Cgroup>,
+) -> Result<Column> {
     let exe = std::env::current_exe().context("own path")?;
-    let output = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args(["--child", engine, "--workload", &workload.to_string()])
         .args(["--scale", &args.scale.to_string()])
         .args(["--cache-mib", &args.cache_mib.to_string()])
         .args(["--budget-mib", &args.budget_mib.to_string()])
         .args(["--reads", &args.reads.to_string()])
+        .args(["--barracuda-log-mib", &args.barracuda_log_mib.to_string()])
+        .arg("--barracuda-codec")
+        .arg(format!("{:?}", args.barracuda_codec).to_lowercase())
+        .args(
+            args.barracuda_pool_mib
+                .map(|mib| format!("--barracuda-pool-mib={mib}")),
+        )
+        .args(["--barracuda-page-kib", &args.barracuda_page_kib.to_string()])
+        .arg("--barracuda-io")
+        .arg(format!("{:?}", args.barracuda_io).to_lowercase())
         .args(args.barracuda_zlib.then_some("--barracuda-zlib"))
         .arg("--dir")
-        .arg(&args.dir)
+        .arg(&args.dir);
+    if let Some(phase) = phase {
+        command.args(["--phase", &phase.to_string()]);
+    }
+    if let Some(cgroup) = cgroup {
+        command.arg("--cgroup-procs").arg(cgroup.procs_file());
+    }
+    let output = command
         .stderr(std::process::Stdio::inherit())
         .output()
         .context("spawn child")?;
@@ -171,42 +446,168 @@ fn spawn_child(args: &Args, engine: &str, workload: u32) -> Result<Column> {
 }
 
 fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
+    // First, before the workload allocates anything.
+    if let Some(procs) = args.cgroup_procs.as_deref() {
+        limit::join(procs)?;
+    }
     let dir = args.dir.join(format!("w{workload}-{engine}"));
-    if dir.exists() {
+    let phase = args.phase.unwrap_or(Phase::Load);
+    if (workload == 1 || phase == Phase::Load) && dir.exists() {
         std::fs::remove_dir_all(&dir).context("remove old data")?;
     }
     let mut log = |line: &str| eprintln!("  {line}");
     let rows = if workload == 1 {
+        let tree = if args.barracuda_zlib {
+            barracuda::TreeOptions::default()
+        } else {
+            barracuda::TreeOptions::default().compression(barracuda::Compression::None)
+        };
         let setup = Setup {
             cache_bytes: args.cache_mib << 20,
             dir: dir.clone(),
-            barracuda_uncompressed: !args.barracuda_zlib,
+            barracuda_tree: tree,
+            barracuda_log_bytes: W1_BARRACUDA_LOG_BYTES,
+            barracuda_io: barracuda::io::Backend::Auto,
+            lmdb_no_read_ahead: false,
         };
         let pairs = (DEFAULT_PAIRS * args.scale) as usize;
-        workloads::workload1(engine, &setup, pairs, &mut log)?
+        let rows = workloads::workload1(engine, &setup, pairs, &mut log)?;
+        std::fs::remove_dir_all(&dir).context("remove data")?;
+        rows
     } else {
+        let compression = match args.barracuda_codec {
+            W2Codec::Zstd => barracuda::Compression::Zstd {
+                level: W2_ZSTD_LEVEL,
+            },
+            W2Codec::Zlib => barracuda::Compression::Zlib { level: 6 },
+        };
+        let cache_mib = match engine {
+            "barracuda" => args.barracuda_pool_mib.unwrap_or(args.budget_mib),
+            _ => args.budget_mib,
+        };
         let setup = Setup {
-            cache_bytes: args.budget_mib << 20,
+            cache_bytes: cache_mib << 20,
             dir: dir.clone(),
-            barracuda_uncompressed: false,
+            barracuda_tree: barracuda::TreeOptions::default()
+                .compression(compression)
+                .page_size_bytes(args.barracuda_page_kib << 10)
+                .block_size(match args.barracuda_page_kib {
+                    8 => barracuda::BlockSize::Kib4,
+                    _ => barracuda::BlockSize::Kib8,
+                }),
+            barracuda_log_bytes: args.barracuda_log_mib << 20,
+            barracuda_io: match args.barracuda_io {
+                W2Io::Auto => barracuda::io::Backend::Auto,
+                W2Io::Pread => barracuda::io::Backend::Pread,
+            },
+            lmdb_no_read_ahead: true,
         };
         let pair_bytes = workloads::KEY_BYTES + workloads::LARGE_VALUE_BYTES;
         let pairs = 4 * (args.budget_mib << 20) / pair_bytes;
-        workloads::workload2(engine, &setup, pairs, args.reads, &mut log)?
+        match phase {
+            Phase::Load => workloads::workload2_load(engine, &setup, pairs, &mut log)?,
+            Phase::Reads => {
+                drop_cache(engine, &dir)?;
+                let rows =
+                    workloads::workload2_reads(engine, &setup, (pairs, args.reads), &mut log)?;
+                std::fs::remove_dir_all(&dir).context("remove data")?;
+                rows
+            }
+        }
     };
-    std::fs::remove_dir_all(&dir).context("remove data")?;
     let column = Column {
         workload,
         engine: engine.to_string(),
         rows,
+        memory_limit: None,
+        notes: Vec::new(),
     };
     println!("{}", serde_json::to_string(&column)?);
     Ok(())
 }
 
+/// Before workload 2's reads: the files closed by the load's process lose
+/// their page cache, so every engine starts its reads cold.
+fn drop_cache(engine: &str, dir: &std::path::Path) -> Result<()> {
+    let dropped = limit::drop_file_cache(dir)?;
+    eprintln!(
+        "  {engine}: page cache of its {:.1} MiB of files: {:.1} MiB before, \
+         {:.1} MiB after POSIX_FADV_DONTNEED",
+        dropped.file_bytes as f64 / f64::from(1 << 20),
+        dropped.resident_before_bytes as f64 / f64::from(1 << 20),
+        dropped.resident_after_bytes as f64 / f64::from(1 << 20),
+    );
+    Ok(())
+}
+
+/// One column per (workload, engine), in first-seen order: each value the
+/// median of that engine's runs, with their min-max.
+fn medians(columns: &[Column]) -> Vec<Column> {
+    let mut merged: Vec<Column> = Vec::new();
+    for column in columns {
+        let same = |c: &Column| c.workload == column.workload && c.engine == column.engine;
+        if merged.iter().any(same) {
+            continue;
+        }
+        let runs: Vec<&Column> = columns.iter().filter(|c| same(c)).collect();
+        let rows = column
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                let mut values: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|run| run.rows.get(i)?.value)
+                    .collect();
+                values.sort_by(f64::total_cmp);
+                let mut row = row.clone();
+                row.value = median(&values);
+                row.range = (values.len() > 1).then(|| [values[0], values[values.len() - 1]]);
+                row
+            })
+            .collect();
+        let mut notes: Vec<String> = runs.iter().flat_map(|r| r.notes.clone()).collect();
+        for (i, row) in column.rows.iter().enumerate() {
+            let measured = runs
+                .iter()
+                .filter(|run| run.rows.get(i).is_some_and(|m| m.value.is_some()))
+                .count();
+            if measured > 0 && measured < runs.len() {
+                notes.push(format!(
+                    "{}: median of {measured} of {} runs (N/A in the others)",
+                    row.row,
+                    runs.len()
+                ));
+            }
+        }
+        notes.sort();
+        notes.dedup();
+        merged.push(Column {
+            workload: column.workload,
+            engine: column.engine.clone(),
+            rows,
+            memory_limit: column.memory_limit.clone(),
+            notes,
+        });
+    }
+    merged
+}
+
+fn median(sorted: &[f64]) -> Option<f64> {
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
 /// Index of the best engine of row `i` (lowest ms/bytes, highest ops/s).
 fn best(columns: &[&Column], i: usize) -> Option<usize> {
-    let higher_is_better = columns.first()?.rows.get(i)?.unit == "ops/s";
+    let higher_is_better = columns
+        .iter()
+        .filter_map(|c| c.rows.get(i))
+        .any(|m| m.unit == "ops/s");
     let mut best: Option<(usize, f64)> = None;
     for (j, column) in columns.iter().enumerate() {
         let Some(value) = column.rows.get(i).and_then(|m| m.value) else {
@@ -224,13 +625,23 @@ fn best(columns: &[&Column], i: usize) -> Option<usize> {
 }
 
 fn format_value(measurement: &Measurement) -> String {
-    match measurement.value {
-        None => "N/A".to_string(),
-        Some(v) => match measurement.unit.as_str() {
-            "ms" => format!("{v:.0}ms"),
-            "bytes" => format!("{:.2} MiB", v / f64::from(1 << 20)),
-            _ => format!("{v:.0} ops/s"),
-        },
+    let Some(v) = measurement.value else {
+        return "N/A".to_string();
+    };
+    let number = |v: f64| match measurement.unit.as_str() {
+        "bytes" => format!("{:.2}", v / f64::from(1 << 20)),
+        _ => format!("{v:.0}"),
+    };
+    let unit = match measurement.unit.as_str() {
+        "ms" => "ms",
+        "bytes" => " MiB",
+        _ => " ops/s",
+    };
+    match measurement.range {
+        Some([low, high]) if number(low) != number(high) => {
+            format!("{}{unit} ({}-{})", number(v), number(low), number(high))
+        }
+        _ => format!("{}{unit}", number(v)),
     }
 }
 
@@ -240,6 +651,18 @@ fn print_table(columns: &[Column], workload: u32) {
         return;
     };
     println!();
+    let mut limits: Vec<&str> = Vec::new();
+    for limit in columns.iter().filter_map(|c| c.memory_limit.as_deref()) {
+        if !limits.contains(&limit) {
+            limits.push(limit);
+        }
+    }
+    for limit in limits {
+        println!("memory limit: {limit}");
+    }
+    for column in columns.iter().filter(|c| !c.notes.is_empty()) {
+        println!("{}: {}", column.engine, column.notes.join("; "));
+    }
     print!("| workload {workload} |");
     for column in &columns {
         print!(" {} |", column.engine);

@@ -44,6 +44,9 @@ pub struct Measurement {
     pub value: Option<f64>,
     /// "ms" (lower is better), "bytes" (lower is better) or "ops/s" (higher).
     pub unit: String,
+    /// Lowest and highest value of the runs, when `value` is their median.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<[f64; 2]>,
 }
 
 impl Measurement {
@@ -52,14 +55,27 @@ impl Measurement {
             row: row.to_string(),
             value: Some(duration.as_secs_f64() * 1e3),
             unit: "ms".to_string(),
+            range: None,
         }
     }
 
-    fn bytes(row: &str, bytes: Option<u64>) -> Self {
+    /// N/A (the engine could not run the row).
+    pub fn missing(row: &str, unit: &str) -> Self {
+        Self {
+            row: row.to_string(),
+            value: None,
+            unit: unit.to_string(),
+            range: None,
+        }
+    }
+
+    /// A size (or N/A).
+    pub fn bytes(row: &str, bytes: Option<u64>) -> Self {
         Self {
             row: row.to_string(),
             value: bytes.map(|b| b as f64),
             unit: "bytes".to_string(),
+            range: None,
         }
     }
 
@@ -68,6 +84,7 @@ impl Measurement {
             row: row.to_string(),
             value: Some(ops as f64 / duration.as_secs_f64()),
             unit: "ops/s".to_string(),
+            range: None,
         }
     }
 }
@@ -282,49 +299,68 @@ fn scatter(rank: usize, n: usize) -> usize {
     ((rank as u128 * MULTIPLIER) % n as u128) as usize
 }
 
-/// Runs workload 2: `pairs` compressible pairs, then `reads` gets from
-/// [`W2_THREADS`] threads, uniform and Zipf.
-pub fn workload2(
-    name: &str,
-    setup: &Setup,
-    pairs: usize,
-    reads: usize,
-    log: &mut dyn FnMut(&str),
-) -> Result<Vec<Measurement>> {
-    let mut rows = Vec::new();
+/// Workload 2's keys: `pairs` from the seeded generator, in one flat array
+/// (6 MiB at 262,144 keys, not a `Vec` per key: the harness's own memory
+/// counts against every engine's limit).
+fn w2_keys(pairs: usize) -> Vec<[u8; KEY_BYTES]> {
     let mut rng = make_rng();
-    let keys: Vec<Vec<u8>> = (0..pairs)
+    (0..pairs)
         .map(|_| {
-            let mut key = vec![0; KEY_BYTES];
+            let mut key = [0; KEY_BYTES];
             rng.fill_bytes(&mut key);
             key
         })
-        .collect();
-    {
-        let engine = engines::open(name, setup)?;
-        let start = Instant::now();
-        let mut values = make_rng();
-        for chunk in keys.chunks(W2_LOAD_COMMIT_PAIRS) {
-            let mut ops = chunk
-                .iter()
-                .map(|key| Op::Put(key.clone(), compressible_value(&mut values)));
-            engine.commit(&mut ops, true)?;
-        }
-        rows.push(Measurement::millis("load", start.elapsed()));
-        if let Some(counters) = engine.counters() {
-            log(&format!("{name} counters after load: {counters}"));
-        }
-        engine.close()?;
-    }
-    log(&format!("{name}: loaded {pairs}"));
-    log(&format!("{name} files: {}", file_sizes(&setup.dir)));
-    rows.push(Measurement::bytes(
-        "size on disk",
-        Some(engines::directory_bytes(&setup.dir)),
-    ));
+        .collect()
+}
 
+/// Workload 2's load: `pairs` compressible pairs in durable commits of
+/// [`W2_LOAD_COMMIT_PAIRS`], then the engine is closed. Rows: load time,
+/// size on disk.
+pub fn workload2_load(
+    name: &str,
+    setup: &Setup,
+    pairs: usize,
+    log: &mut dyn FnMut(&str),
+) -> Result<Vec<Measurement>> {
+    let keys = w2_keys(pairs);
+    let engine = engines::open(name, setup)?;
+    let start = Instant::now();
+    let mut values = make_rng();
+    for chunk in keys.chunks(W2_LOAD_COMMIT_PAIRS) {
+        let mut ops = chunk
+            .iter()
+            .map(|key| Op::Put(key.to_vec(), compressible_value(&mut values)));
+        engine.commit(&mut ops, true)?;
+    }
+    let load = Measurement::millis("load", start.elapsed());
+    if let Some(counters) = engine.counters() {
+        log(&format!("{name} counters after load: {counters}"));
+    }
+    engine.close()?;
+    log(&format!(
+        "{name}: loaded {pairs} in {:.1} s",
+        load.value.unwrap_or(0.0) / 1e3
+    ));
+    log(&format!("{name} files: {}", file_sizes(&setup.dir)));
+    let size = Measurement::bytes("size on disk", Some(engines::directory_bytes(&setup.dir)));
+    Ok(vec![load, size])
+}
+
+/// Workload 2's reads, on the data [`workload2_load`] left (cold: the
+/// caller dropped its page cache): `reads` gets from [`W2_THREADS`]
+/// threads, uniform and Zipf. Rows: the two rates, the peak RSS.
+pub fn workload2_reads(
+    name: &str,
+    setup: &Setup,
+    (pairs, reads): (usize, usize),
+    log: &mut dyn FnMut(&str),
+) -> Result<Vec<Measurement>> {
+    let keys = w2_keys(pairs);
+    let mut rows = Vec::new();
     let engine = engines::open(name, setup)?;
     let zipf = Zipf::new(pairs, ZIPF_EXPONENT);
+    let cpu_before = cpu_time();
+    let disk_before = disk_read_bytes();
     for (row, skewed) in [
         ("uniform reads (16 threads)", false),
         ("Zipf 0.9 reads (16 threads)", true),
@@ -336,14 +372,25 @@ pub fn workload2(
             log(&format!("{name} counters: {counters}"));
         }
     }
+    rows.push(Measurement::millis(
+        "CPU time of the reads (user+sys)",
+        cpu_time().saturating_sub(cpu_before),
+    ));
+    let disk_bytes = disk_read_bytes()
+        .zip(disk_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    rows.push(Measurement::bytes(
+        "read from the disk by the reads",
+        disk_bytes,
+    ));
     engine.close()?;
-    rows.push(Measurement::bytes("peak RSS", peak_rss_bytes()));
+    rows.push(Measurement::bytes("peak RSS (reads)", peak_rss_bytes()));
     Ok(rows)
 }
 
 fn w2_reads(
     engine: &dyn Engine,
-    keys: &[Vec<u8>],
+    keys: &[[u8; KEY_BYTES]],
     reads: usize,
     zipf: Option<&Zipf>,
 ) -> Result<Duration> {
@@ -374,6 +421,28 @@ fn w2_reads(
         Ok(())
     })?;
     Ok(start.elapsed())
+}
+
+/// Bytes this process has had read from storage (`read_bytes` of
+/// /proc/self/io: O_DIRECT reads, page-cache misses and map faults alike).
+fn disk_read_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    let line = io.lines().find(|line| line.starts_with("read_bytes:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// User + system CPU time of the whole process so far (all threads).
+fn cpu_time() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `usage` is a valid out-pointer for one `rusage`.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    // SAFETY: getrusage filled it (rc == 0); zeroed is valid anyway.
+    let usage = unsafe { usage.assume_init() };
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }
 
 /// The process's peak resident set (VmHWM), in bytes.
