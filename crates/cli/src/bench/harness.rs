@@ -543,6 +543,8 @@ pub struct Measured {
     pub block_count: u64,
     /// Whole pages evicted per second.
     pub pages_evicted_per_s: f64,
+    /// Pages made young per second (each takes the pool mutex).
+    pub made_young_per_s: f64,
     /// User + system CPU of the process per query, µs (getrusage).
     pub cpu_us_per_query: f64,
     /// The cost-aware policy's target frame share at the end, per mille.
@@ -679,6 +681,7 @@ fn derive(
         blocks_dropped_per_s: per_s(a.blocks_dropped, b.blocks_dropped),
         block_count: b.block_count,
         pages_evicted_per_s: per_s(a.pages_evicted, b.pages_evicted),
+        made_young_per_s: per_s(a.pages_made_young, b.pages_made_young),
         cpu_us_per_query: cpu_us as f64 / queries.max(1) as f64,
         target_frame_share_per_mille: b.policy.target_frame_share_per_mille,
         unzip_time_avg_ns: b.unzip_time_avg_ns,
