@@ -441,6 +441,22 @@ pub struct Layout {
     pub insert_flags: u8,
 }
 
+impl Layout {
+    /// A new root above pages of `level - 1`: internal, no siblings, no
+    /// insert history.
+    pub fn new_root(level: u8) -> Self {
+        Self {
+            page_type: PageType::Internal,
+            level,
+            flags: 0,
+            left: None,
+            right: None,
+            last_insert: None,
+            insert_flags: 0,
+        }
+    }
+}
+
 /// Rebuilds the page from `recs` (key order), compacting the heap but keeping
 /// records in their old heap order so unchanged records mostly stay in place,
 /// and writes only the differing bytes. Keeps the page LSN.

@@ -1346,15 +1346,7 @@ impl<S: PageStore> Tree<S> {
                 RecBuf::child(Vec::new(), l_id),
                 RecBuf::child(r[0].key.clone(), r_id),
             ];
-            let layout = Layout {
-                page_type: PageType::Internal,
-                level: level + 1,
-                flags: 0,
-                left: None,
-                right: None,
-                last_insert: None,
-                insert_flags: 0,
-            };
+            let layout = Layout::new_root(level + 1);
             let mut top_image = Scratch::of_guard(root);
             page::rebuild(&mut top_image, &layout, &top);
             let lg = change.held(l_id).ok_or_else(|| unreachable_err(l_id))?;
@@ -1401,15 +1393,7 @@ impl<S: PageStore> Tree<S> {
         };
         let mut top: Vec<RecBuf> = packed.separators(&run);
         top[0].key.clear();
-        let layout = Layout {
-            page_type: PageType::Internal,
-            level: page::level(root) + 1,
-            flags: 0,
-            left: None,
-            right: None,
-            last_insert: None,
-            insert_flags: 0,
-        };
+        let layout = Layout::new_root(page::level(root) + 1);
         let mut top_image = Scratch::of_guard(root);
         page::rebuild(&mut top_image, &layout, &top);
         if !self.would_fit(root, &top_image, op)? {
