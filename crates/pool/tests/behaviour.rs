@@ -12,8 +12,8 @@ use std::time::Duration;
 use barracuda_codec::{BlockSize, Codec, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
 use barracuda_pool::testing::{MemoryFile, SimpleCodec};
 use barracuda_pool::{
-    BufferPool, CodecService, CommitOutcome, FileService, ManualClock, PageFile, PageFormat,
-    PoolConfig, Result, Services,
+    BufferPool, CodecService, CommitOutcome, EvictionPolicy, FileService, ManualClock, PageFile,
+    PageFormat, PoolConfig, Result, Services,
 };
 
 fn simple_pool(
@@ -320,6 +320,27 @@ fn written_pages(pool: &BufferPool, count: u64) {
     }
 }
 
+/// 16 chunks of 4 KiB with 1 KiB blocks, on a hand-moved clock: 14 pages
+/// fit as frames alone (14 chunks) but not with their blocks (14 frames
+/// and 4 slab chunks).
+fn frames_pool(policy: EvictionPolicy) -> (BufferPool, ManualClock) {
+    let clock = ManualClock::new();
+    let config = PoolConfig::default()
+        .page_size_bytes(4096)
+        .format(PageFormat::Compressed {
+            block_size_bytes: 1024,
+        })
+        .eviction_policy(policy)
+        .buffer_pool_bytes(16 * 4096);
+    let services = Services {
+        codec: Arc::new(SimpleCodec::default()),
+        file: Arc::new(MemoryFile::default()),
+        durable_lsn: Arc::new(|| Lsn(u64::MAX)),
+        clock: Some(clock.clone()),
+    };
+    (BufferPool::open(config, services).unwrap(), clock)
+}
+
 fn read_all(pool: &BufferPool, count: u64) {
     for page in 0..count {
         let guard = pool.fix_shared(PageId(page)).unwrap();
@@ -329,15 +350,7 @@ fn read_all(pool: &BufferPool, count: u64) {
 
 #[test]
 fn cost_aware_keeps_clean_pages_as_frames_alone_while_frames_alone_fit() {
-    // 16 chunks of 4 KiB and 1 KiB blocks: 12 pages fit as frames alone but
-    // not with their blocks (12 x 5 KiB = 60 KiB > 64 KiB less the slabs).
-    let file = Arc::new(MemoryFile::default());
-    let durable = Arc::new(AtomicU64::new(u64::MAX));
-    let compressed = PageFormat::Compressed {
-        block_size_bytes: 1024,
-    };
-    let clock = ManualClock::new();
-    let pool = simple_pool(compressed, 16, file.clone(), durable, Some(clock.clone()));
+    let (pool, clock) = frames_pool(EvictionPolicy::CostAware);
     let pages = 14;
     written_pages(&pool, pages);
     // Reading the evicted pages again are ghost hits: blocks stay for a
@@ -388,19 +401,7 @@ fn cost_aware_keeps_clean_pages_as_frames_alone_while_frames_alone_fit() {
     pool.check_invariants();
 
     // InnoDB's rule never drops a block.
-    let file = Arc::new(MemoryFile::default());
-    let config = PoolConfig::default()
-        .page_size_bytes(4096)
-        .format(compressed)
-        .eviction_policy(barracuda_pool::EvictionPolicy::InnoDb)
-        .buffer_pool_bytes(16 * 4096);
-    let services = Services {
-        codec: Arc::new(SimpleCodec::default()),
-        file,
-        durable_lsn: Arc::new(|| Lsn(u64::MAX)),
-        clock: None,
-    };
-    let innodb = BufferPool::open(config, services).unwrap();
+    let (innodb, clock) = frames_pool(EvictionPolicy::InnoDb);
     written_pages(&innodb, pages);
     clock.advance_ms(barracuda_pool::FRAMES_ONLY_QUIET_MS);
     for _ in 0..3 {
@@ -414,13 +415,7 @@ fn cost_aware_keeps_clean_pages_as_frames_alone_while_frames_alone_fit() {
 
 #[test]
 fn pages_kept_as_frames_alone_give_way_once_the_working_set_outgrows_the_frames() {
-    let file = Arc::new(MemoryFile::default());
-    let durable = Arc::new(AtomicU64::new(u64::MAX));
-    let compressed = PageFormat::Compressed {
-        block_size_bytes: 1024,
-    };
-    let clock = ManualClock::new();
-    let pool = simple_pool(compressed, 16, file, durable, Some(clock.clone()));
+    let (pool, clock) = frames_pool(EvictionPolicy::CostAware);
     written_pages(&pool, 40);
     read_all(&pool, 14);
     clock.advance_ms(barracuda_pool::FRAMES_ONLY_QUIET_MS);

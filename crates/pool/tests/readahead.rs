@@ -133,6 +133,28 @@ fn check_page(pool: &BufferPool, page: u64) {
     assert_eq!(guard[100..108], page.to_le_bytes(), "page {page}");
 }
 
+/// Four threads, released at once, check `pages` in order, each taking
+/// every fourth page.
+fn check_from_four_threads(pool: &Arc<BufferPool>, pages: Vec<u64>) {
+    let pages = Arc::new(pages);
+    let barrier = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (pool, barrier, pages) =
+                (Arc::clone(pool), Arc::clone(&barrier), Arc::clone(&pages));
+            std::thread::spawn(move || {
+                barrier.wait();
+                for &page in pages.iter().filter(|&&p| p % 4 == t) {
+                    check_page(&pool, page);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
 fn ids(range: std::ops::Range<u64>) -> Vec<PageId> {
     range.map(PageId).collect()
 }
@@ -249,21 +271,7 @@ fn fixes_during_an_asynchronous_read_ahead_wait_for_it() {
         "prefetch waited for its reads"
     );
     assert!(pool.read_ahead_in_flight() > 0);
-    let barrier = Arc::new(Barrier::new(4));
-    let threads: Vec<_> = (0..4)
-        .map(|t| {
-            let (pool, barrier) = (Arc::clone(&pool), Arc::clone(&barrier));
-            std::thread::spawn(move || {
-                barrier.wait();
-                for page in (0..16).filter(|p| p % 4 == t) {
-                    check_page(&pool, page);
-                }
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().unwrap();
-    }
+    check_from_four_threads(&pool, (0..16).collect());
     assert_eq!(file.all_reads() - reads_before, 16, "a page read twice");
     assert_eq!(pool.read_ahead_in_flight(), 0);
     assert_eq!(pool.status().read_ahead, 16);
@@ -491,21 +499,7 @@ fn fixes_on_a_shared_pool_wait_for_their_own_pages() {
     // Two batches in flight at once; each thread fixes pages of both.
     assert_eq!(pool.prefetch(&ids(0..16)), 16);
     assert_eq!(pool.prefetch(&ids(16..32)), 16);
-    let barrier = Arc::new(Barrier::new(4));
-    let threads: Vec<_> = (0..4)
-        .map(|t| {
-            let (pool, barrier) = (Arc::clone(&pool), Arc::clone(&barrier));
-            std::thread::spawn(move || {
-                barrier.wait();
-                for page in (0..32).rev().filter(|p| p % 4 == t) {
-                    check_page(&pool, page);
-                }
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().unwrap();
-    }
+    check_from_four_threads(&pool, (0..32).rev().collect());
     assert_eq!(file.all_reads() - reads_before, 32, "a page read twice");
     assert_eq!(pool.read_ahead_in_flight(), 0);
     let status = pool.status();
