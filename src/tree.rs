@@ -310,45 +310,19 @@ pub struct Range {
     chunk: usize,
 }
 
-fn below(key: &[u8], bound: &Bound<Vec<u8>>) -> bool {
-    match bound {
-        Bound::Included(b) => key <= b.as_slice(),
-        Bound::Excluded(b) => key < b.as_slice(),
-        Bound::Unbounded => true,
-    }
-}
-
-fn above(key: &[u8], bound: &Bound<Vec<u8>>) -> bool {
-    match bound {
-        Bound::Included(b) => key >= b.as_slice(),
-        Bound::Excluded(b) => key > b.as_slice(),
-        Bound::Unbounded => true,
-    }
-}
-
 impl Range {
-    /// Copies the next chunk of entries from the front.
+    /// Copies the next chunk of entries from the front: a visitor scan
+    /// (`Tree::scan` of the B+tree) that copies only the entries it keeps.
     fn fill_front(&mut self) -> Result<()> {
         self.tree.db.check_open()?;
-        let mut cursor = self.tree.inner.tree.cursor();
-        let mut on = match &self.front {
-            Bound::Included(k) | Bound::Excluded(k) => cursor.seek(k)?,
-            Bound::Unbounded => cursor.first()?,
-        };
-        while on && self.front_buf.len() < self.chunk {
-            let Some((key, value)) = cursor.entry() else {
-                break;
-            };
-            if !above(key, &self.front) {
-                on = cursor.next()?;
-                continue;
-            }
-            if !below(key, &self.back) {
-                break;
-            }
-            self.front_buf.push_back((key.clone(), value.clone()));
-            on = cursor.next()?;
-        }
+        let (chunk, buf) = (self.chunk, &mut self.front_buf);
+        self.tree
+            .inner
+            .tree
+            .scan(borrowed(&self.front), borrowed(&self.back), |key, value| {
+                buf.push_back((key.to_vec(), value.to_vec()));
+                buf.len() < chunk
+            })?;
         self.chunk = (self.chunk * 2).min(RANGE_CHUNK_ENTRIES_MAX);
         match self.front_buf.back() {
             Some((key, _)) => self.front = Bound::Excluded(key.clone()),
@@ -360,25 +334,15 @@ impl Range {
     /// Copies the next chunk of entries from the back.
     fn fill_back(&mut self) -> Result<()> {
         self.tree.db.check_open()?;
-        let mut cursor = self.tree.inner.tree.cursor();
-        let mut on = match &self.back {
-            Bound::Included(k) | Bound::Excluded(k) => cursor.seek_for_prev(k)?,
-            Bound::Unbounded => cursor.last()?,
-        };
-        while on && self.back_buf.len() < self.chunk {
-            let Some((key, value)) = cursor.entry() else {
-                break;
-            };
-            if !below(key, &self.back) {
-                on = cursor.prev()?;
-                continue;
-            }
-            if !above(key, &self.front) {
-                break;
-            }
-            self.back_buf.push_back((key.clone(), value.clone()));
-            on = cursor.prev()?;
-        }
+        let (chunk, buf) = (self.chunk, &mut self.back_buf);
+        self.tree.inner.tree.scan_rev(
+            borrowed(&self.front),
+            borrowed(&self.back),
+            |key, value| {
+                buf.push_back((key.to_vec(), value.to_vec()));
+                buf.len() < chunk
+            },
+        )?;
         self.chunk = (self.chunk * 2).min(RANGE_CHUNK_ENTRIES_MAX);
         match self.back_buf.back() {
             Some((key, _)) => self.back = Bound::Excluded(key.clone()),
@@ -386,6 +350,10 @@ impl Range {
         }
         Ok(())
     }
+}
+
+fn borrowed(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    bound.as_ref().map(Vec::as_slice)
 }
 
 impl Iterator for Range {

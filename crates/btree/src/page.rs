@@ -252,6 +252,35 @@ pub fn records(p: &[u8]) -> RecordIter<'_> {
     }
 }
 
+/// Record offsets in key order from the first key past `bound` of a leaf,
+/// found through the slot directory ([`probe`]) instead of a walk from the
+/// first record.
+pub fn leaf_records_from<'a>(p: &'a [u8], bound: std::ops::Bound<&[u8]>) -> RecordIter<'a> {
+    debug_assert!(is_leaf(p));
+    let next = match bound {
+        std::ops::Bound::Unbounded => first_record(p),
+        std::ops::Bound::Included(key) | std::ops::Bound::Excluded(key) => {
+            let pr = probe(p, key);
+            if pr.found != 0 {
+                if matches!(bound, std::ops::Bound::Included(_)) {
+                    pr.found
+                } else {
+                    rec_next(p, pr.found)
+                }
+            } else if pr.pred == 0 {
+                first_record(p)
+            } else {
+                rec_next(p, pr.pred)
+            }
+        }
+    };
+    RecordIter {
+        page: p,
+        next,
+        left: record_count(p),
+    }
+}
+
 /// Iterator over record offsets in key order (bounded by the record count,
 /// so a corrupt cycle cannot loop forever).
 pub struct RecordIter<'a> {

@@ -12,6 +12,11 @@
 //! read or write the tree (what it writes may or may not be seen by the rest
 //! of the scan), and a slow visitor does not block writers. Values in
 //! overflow chains are read into the same buffer while the leaf is latched.
+//! The first leaf is entered through its slot directory (a binary search,
+//! not a walk from its first record), and only its first
+//! `SCAN_FIRST_COPY_ENTRIES` entries are copied before the visitor first
+//! runs: a short scan (a range of ten) copies ten-odd entries, not half a
+//! leaf, and a long one pays one more descent for the rest of that leaf.
 //!
 //! Moving from one leaf to the next descends again from the root past the
 //! last key visited, as [`crate::Cursor::next`] does, and a forward scan
@@ -27,6 +32,10 @@ use crate::error::Result;
 use crate::page;
 use crate::store::PageStore;
 use crate::tree::Tree;
+
+/// Entries a forward scan copies from its first leaf before it first
+/// visits; the rest of that leaf is copied by a second descent, if wanted.
+const SCAN_FIRST_COPY_ENTRIES: usize = 32;
 
 /// One leaf's entries in the scan's range, copied out of the page: keys and
 /// values back to back in one buffer, reused for every leaf of a scan.
@@ -114,16 +123,28 @@ impl<S: PageStore> Tree<S> {
             };
             // A seek hints nothing; later leaves read ahead (as a cursor).
             let read_ahead = if first { 0 } else { window };
+            // Short scans are common (a range of ten, a `Range`'s first
+            // chunk): the first leaf is copied only in part, and a scan
+            // that wants more descends once more for the rest.
+            let copy_max = if first {
+                SCAN_FIRST_COPY_ENTRIES
+            } else {
+                usize::MAX
+            };
             let visited = self.forward_leaf(from, read_ahead, &mut |p| {
                 copy.clear();
                 let mut found = false;
-                for off in page::records(p).filter(|&off| above(page::rec_key(p, off), from)) {
+                for off in page::leaf_records_from(p, from) {
+                    debug_assert!(above(page::rec_key(p, off), from));
                     found = true;
                     if !below(page::rec_key(p, off), end) {
                         copy.reached_end = true;
                         break;
                     }
                     copy.push(self, p, off)?;
+                    if copy.entries.len() >= copy_max {
+                        break;
+                    }
                 }
                 Ok(found)
             })?;
