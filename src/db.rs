@@ -35,7 +35,9 @@
 //!
 //! [`Db::open`] replays every group from the last checkpoint: images are
 //! installed, patches applied through the pool (which compresses exactly as
-//! it did before, so a page that fit then fits now).
+//! it did before, so a page that fit then fits now). A tree whose meta page
+//! keeps no entry count (a file written before counts were kept) is then
+//! counted once and the count logged, before any write.
 //!
 //! # Page ids in the log
 //!
@@ -48,7 +50,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use barracuda_btree::{LsnMode, OpContext, PoolStore, Tree as BTree, TreeConfig};
+use barracuda_btree::{LsnMode, OpContext, PageStore, PoolStore, Tree as BTree, TreeConfig};
 use barracuda_codec::{Geometry, Lsn, PageId};
 use barracuda_io::{BlockFile, DirLock, FaultFile, IoOptions};
 use barracuda_pool::{
@@ -529,12 +531,16 @@ impl DbInner {
         if meta_known {
             let store = Arc::new(PoolStore::open(pool, LsnMode::Logged)?);
             let tree = BTree::open(store, ROOT_PAGE_ID, config);
-            return Ok(Arc::new(TreeInner {
+            let inner = Arc::new(TreeInner {
                 entry,
                 tree,
                 file,
                 cleaner: Mutex::new(Some(cleaner)),
-            }));
+            });
+            if inner.tree.store().entry_count()?.is_none() {
+                self.store_entry_count(&inner)?;
+            }
+            return Ok(inner);
         }
         // Format: the meta page and the root, logged as one group.
         let id = entry.id;
@@ -564,6 +570,26 @@ impl DbInner {
         }
         tracing::debug!(tree = id, "tree formatted");
         Ok(inner)
+    }
+
+    /// Upgrades a tree whose meta page keeps no entry count (a file written
+    /// before counts were kept): counts its leaves once, after recovery and
+    /// before any write, and logs the count as one group.
+    fn store_entry_count(&self, tree: &Arc<TreeInner>) -> Result<()> {
+        let mut state = self.write.lock();
+        let mut writer = Writer::default();
+        let counted = tree.tree.recount_in(writer.op(tree)).map_err(Error::from);
+        let logged = counted.and_then(|_| self.log_ops(&mut state, &writer));
+        drop(state);
+        let end = logged.inspect_err(|e| self.fail(e))?;
+        if let Some(end) = end {
+            self.wal.flush_to(end)?;
+        }
+        tracing::info!(
+            tree = tree.entry.id,
+            "entry count stored (meta page upgraded)"
+        );
+        Ok(())
     }
 
     fn create_tree(&self, name: &str, options: TreeOptions) -> Result<Arc<TreeInner>> {

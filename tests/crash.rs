@@ -1,7 +1,8 @@
 //! Crash by SIGKILL: a child process (this test binary, re-executed) runs a
 //! durable write workload and reports each acknowledged write on stdout; the
 //! parent kills it at a random moment, reopens the directory and checks that
-//! every acknowledged write is there and `check` is clean. The state carries
+//! every acknowledged write is there, `check` is clean and `len` counts
+//! exactly the entries found. The state carries
 //! over from cycle to cycle, so later cycles crash recovered databases.
 //!
 //! 50 cycles by default; `BARRACUDA_CRASH_CYCLES=1000` for the long run.
@@ -166,6 +167,12 @@ fn sigkill_loses_no_acknowledged_write() {
             let i: u64 = std::str::from_utf8(&k[3..]).unwrap().parse().unwrap();
             found.insert(i, v);
         }
+        // The stored count was recovered with the entries it counts.
+        assert_eq!(
+            tree.len().unwrap(),
+            found.len() as u64,
+            "cycle {cycle}: entry count after recovery"
+        );
         // The write in flight may or may not have happened: adopt what the
         // database says for that one key.
         if let Some(i) = in_flight {

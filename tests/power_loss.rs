@@ -2,7 +2,8 @@
 //! wrapped in a `FaultFile`; after a workload the database halts as if the
 //! process died, each file loses its unsynced writes (whole, or torn at
 //! sectors), and the reopened database must hold every write acknowledged
-//! as durable, pass `check`, and accept new writes. Also: I/O errors give
+//! as durable, pass `check` (stored entry count included), count its
+//! entries exactly (`len`), and accept new writes. Also: I/O errors give
 //! errors and no damage after reopen; bit flips give errors, never panics.
 
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
@@ -74,6 +75,12 @@ fn verify(dir: &Path, model: &BTreeMap<Vec<u8>, Vec<u8>>, uncertain: Option<&[u8
         count -= 1;
     }
     assert_eq!(count, model.len(), "keys that were never written");
+    // The stored count was recovered with the entries it counts.
+    assert_eq!(
+        tree.len().unwrap(),
+        tree.iter().count() as u64,
+        "entry count after recovery"
+    );
     tree.put(b"after", b"recovery").unwrap();
     db.close().unwrap();
 }

@@ -39,6 +39,8 @@ struct Walk {
     visited: HashSet<PageId>,
     leaves: Vec<(PageId, Option<PageId>, Option<PageId>)>,
     leaf_depth: Option<usize>,
+    /// Records in the leaves visited.
+    entry_count: u64,
 }
 
 fn violation(page_id: PageId, reason: impl Into<String>) -> Error {
@@ -123,9 +125,23 @@ impl<S: PageStore> Tree<S> {
             visited: HashSet::new(),
             leaves: Vec::new(),
             leaf_depth: None,
+            entry_count: 0,
         };
         self.check_page(self.root, 0, None, None, None, &mut walk)?;
-        self.check_siblings(&walk.leaves)
+        self.check_siblings(&walk.leaves)?;
+        self.check_entry_count(walk.entry_count)
+    }
+
+    /// The count the store keeps (if it keeps one) equals the leaves'
+    /// records.
+    fn check_entry_count(&self, counted: u64) -> Result<()> {
+        match self.store.entry_count()? {
+            Some(stored) if stored != counted => Err(violation(
+                self.root,
+                format!("stored entry count {stored}, but the leaves hold {counted}"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn check_page(
@@ -160,6 +176,7 @@ impl<S: PageStore> Tree<S> {
                 return Err(violation(id, "leaves at different depths"));
             }
             walk.leaves.push((id, page::left(&g), page::right(&g)));
+            walk.entry_count += page::record_count(&g) as u64;
             return self.check_overflow(&g, walk);
         }
         if page::record_count(&g) == 0 {

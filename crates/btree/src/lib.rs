@@ -41,7 +41,8 @@
 //! next delete on that page acts upon; overflow chains are well formed and
 //! hold exactly the value's length; no page is reachable twice; free pages are
 //! disjoint from the tree; each page's record list, heap accounting and
-//! directory agree.
+//! directory agree; the entry count the store keeps ([`Tree::len`]) equals
+//! the leaves' records.
 //!
 //! # Example
 //!
@@ -59,6 +60,7 @@
 //! assert!(cursor.last()?);
 //! assert_eq!(cursor.key(), Some(&b"banana"[..]));
 //! tree.delete(b"banana")?;
+//! assert_eq!(tree.len()?, 1);
 //! tree.check_invariants()?;
 //! # Ok::<(), barracuda_btree::Error>(())
 //! ```

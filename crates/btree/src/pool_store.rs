@@ -22,9 +22,16 @@
 //!     LSN. Operations the tree finishes itself ([`crate::Tree::create`])
 //!     are queued; the owner takes them with [`PoolStore::take_finished_ops`].
 //! - **Page 0 is the store's meta page**: magic, format version, the next
-//!   never-used page id, and the head and length of the free list. Every
-//!   change to it is an ordinary logged patch, so the allocation state is
-//!   as durable and as recoverable as the tree itself.
+//!   never-used page id, the head and length of the free list, and the
+//!   tree's entry count. Every change to it is an ordinary logged patch, so
+//!   the allocation state and the count are as durable and as recoverable
+//!   as the tree itself.
+//! - **The entry count** changes by a patch of page 0 in the same operation
+//!   as the insert of a new key or the delete of a present one. A version 1
+//!   meta page (written before counts were kept) has none:
+//!   [`PageStore::entry_count`] answers `None` until the owner counts the
+//!   leaves once and stores the count ([`crate::Tree::recount_in`]), which
+//!   rewrites the page as version 2.
 //! - **The free list is a chain through the free pages**: a freed page is
 //!   zeroed except a small header (magic and the next free page id) at the
 //!   start of its body. Allocation pops the head (zeroing the page again);
@@ -86,8 +93,11 @@ pub const META_PAGE_ID: PageId = PageId(0);
 
 /// "BRMT": marks the meta page.
 const META_MAGIC: u32 = u32::from_le_bytes(*b"BRMT");
-/// Version of the meta page and free-page layouts.
-const META_VERSION: u32 = 1;
+/// Version of the meta page and free-page layouts: 2 added the entry count.
+const META_VERSION: u32 = 2;
+/// The version before the entry count, still read (and written, until the
+/// count is stored) so that old files open.
+const META_VERSION_UNCOUNTED: u32 = 1;
 /// "BRFR": marks a page on the free list.
 const FREE_MAGIC: u32 = u32::from_le_bytes(*b"BRFR");
 /// "No page" in the free-list links.
@@ -101,7 +111,9 @@ mod meta {
     pub const NEXT_PAGE_ID: usize = H + 8;
     pub const FREE_HEAD: usize = H + 16;
     pub const FREE_COUNT: usize = H + 24;
-    pub const END: usize = H + 32;
+    /// Version 2 on.
+    pub const ENTRY_COUNT: usize = H + 32;
+    pub const END: usize = H + 40;
 }
 
 /// Byte offsets in a free page.
@@ -123,41 +135,67 @@ fn read_u64(page: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// The allocation state held by the meta page.
+/// The allocation state and entry count held by the meta page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Meta {
     next_page_id: u64,
     free_head: u64,
     free_count: u64,
+    /// `None` on a version 1 page, which has no count.
+    entry_count: Option<u64>,
 }
 
 impl Meta {
     fn read(page: &[u8]) -> Result<Meta> {
         let magic = read_u32(page, meta::MAGIC);
         let version = read_u32(page, meta::VERSION);
-        if magic != META_MAGIC || version != META_VERSION {
-            return Err(Error::Corrupted {
-                page_id: META_PAGE_ID,
-                reason: format!("not a meta page (magic {magic:#x}, version {version})"),
-            });
-        }
+        let entry_count = match (magic, version) {
+            (META_MAGIC, META_VERSION) => Some(read_u64(page, meta::ENTRY_COUNT)),
+            (META_MAGIC, META_VERSION_UNCOUNTED) => None,
+            _ => {
+                return Err(Error::Corrupted {
+                    page_id: META_PAGE_ID,
+                    reason: format!("not a meta page (magic {magic:#x}, version {version})"),
+                });
+            }
+        };
         Ok(Meta {
             next_page_id: read_u64(page, meta::NEXT_PAGE_ID),
             free_head: read_u64(page, meta::FREE_HEAD),
             free_count: read_u64(page, meta::FREE_COUNT),
+            entry_count,
         })
     }
 
+    /// Writes the fields that differ from the page, as one patch spanning
+    /// the first to the last changed byte: for a count change, a few bytes.
+    /// A page without a count stays version 1 (its bytes after the free
+    /// count are left alone).
     fn write(&self, guard: &mut PoolExclusive<'_>) {
         let mut bytes = [0u8; meta::END - meta::MAGIC];
+        let version = match self.entry_count {
+            Some(_) => META_VERSION,
+            None => META_VERSION_UNCOUNTED,
+        };
         bytes[0..4].copy_from_slice(&META_MAGIC.to_le_bytes());
-        bytes[4..8].copy_from_slice(&META_VERSION.to_le_bytes());
+        bytes[4..8].copy_from_slice(&version.to_le_bytes());
         bytes[8..16].copy_from_slice(&self.next_page_id.to_le_bytes());
         bytes[16..24].copy_from_slice(&self.free_head.to_le_bytes());
         bytes[24..32].copy_from_slice(&self.free_count.to_le_bytes());
-        let mut image = guard.to_vec();
-        image[meta::MAGIC..meta::END].copy_from_slice(&bytes);
-        guard.write_diff(&image);
+        let end = match self.entry_count {
+            Some(count) => {
+                bytes[32..40].copy_from_slice(&count.to_le_bytes());
+                meta::END
+            }
+            None => meta::ENTRY_COUNT,
+        };
+        let new = &bytes[..end - meta::MAGIC];
+        let old = &guard[meta::MAGIC..end];
+        let first = old.iter().zip(new).position(|(a, b)| a != b);
+        let last = old.iter().zip(new).rposition(|(a, b)| a != b);
+        if let (Some(first), Some(last)) = (first, last) {
+            guard.write(meta::MAGIC + first, &new[first..=last]);
+        }
     }
 }
 
@@ -198,6 +236,7 @@ impl PoolStore {
                 next_page_id: 1,
                 free_head: NO_PAGE,
                 free_count: 0,
+                entry_count: Some(0),
             };
             meta.write(&mut guard);
             guard.commit_or_unfit(op)?;
@@ -306,6 +345,21 @@ impl PoolStore {
         }
         self.pool.check_invariants();
         Ok(())
+    }
+
+    /// Rewrites the meta page's entry count as `change` makes it from the
+    /// old one (`None`: a version 1 page), within `op`. A page given a
+    /// count becomes version 2.
+    fn update_entry_count(
+        &self,
+        op: &mut OpContext,
+        change: impl FnOnce(Option<u64>) -> Result<Option<u64>>,
+    ) -> Result<()> {
+        let mut guard = self.fix_exclusive(META_PAGE_ID)?;
+        let mut meta = Meta::read(&guard)?;
+        meta.entry_count = change(meta.entry_count)?;
+        meta.write(&mut guard);
+        guard.commit_or_unfit(op)
     }
 
     /// Walks the free list from the meta page, checking each link.
@@ -558,6 +612,31 @@ impl PageStore for PoolStore {
                 Vec::new()
             }
         }
+    }
+
+    fn entry_count(&self) -> Result<Option<u64>> {
+        let guard = self.fix_shared(META_PAGE_ID)?;
+        Ok(Meta::read(&guard)?.entry_count)
+    }
+
+    fn add_entry_count(&self, delta: i64, op: &mut OpContext) -> Result<()> {
+        self.update_entry_count(op, |count| {
+            let Some(count) = count else {
+                // A version 1 page: no count to keep until one is stored.
+                return Ok(None);
+            };
+            match count.checked_add_signed(delta) {
+                Some(next) => Ok(Some(next)),
+                None => Err(Error::Corrupted {
+                    page_id: META_PAGE_ID,
+                    reason: format!("entry count {count} cannot change by {delta}"),
+                }),
+            }
+        })
+    }
+
+    fn set_entry_count(&self, count: u64, op: &mut OpContext) -> Result<()> {
+        self.update_entry_count(op, |_| Ok(Some(count)))
     }
 
     fn finish_op(&self, op: OpContext) {

@@ -278,6 +278,25 @@ pub trait PageStore: Send + Sync {
     fn finish_op(&self, op: OpContext) {
         drop(op);
     }
+
+    /// The number of entries (keys) of the store's tree, as the store keeps
+    /// it, or `None` if it keeps none (a file written before counts were
+    /// kept, until [`crate::Tree::recount_in`] stores one).
+    ///
+    /// One store holds one tree. No default: a store that wraps another
+    /// must forward the count, or the tree's length would silently be lost.
+    fn entry_count(&self) -> Result<Option<u64>>;
+
+    /// Adds `delta` (+1 for an insert of a new key, -1 for the delete of a
+    /// present one) to the kept count within `op`, so that the count
+    /// changes atomically with the entry it counts. Called with no tree
+    /// page latched. Does nothing if the store keeps no count. A count
+    /// that would go below zero or overflow is [`Error::Corrupted`].
+    fn add_entry_count(&self, delta: i64, op: &mut OpContext) -> Result<()>;
+
+    /// Sets the kept count to `count` within `op` (after counting the
+    /// leaves of a tree whose store kept none).
+    fn set_entry_count(&self, count: u64, op: &mut OpContext) -> Result<()>;
 }
 
 /// Decides, at each commit, whether a page still fits its compressed block,
@@ -468,6 +487,9 @@ pub struct MemStore<F: FitCheck = AlwaysFits> {
     patch_bytes: AtomicU64,
     fit_failure_count: AtomicU64,
     allocate_count: AtomicU64,
+    /// The tree's entry count. Nothing here is logged, so a plain counter
+    /// is as durable as the pages themselves.
+    entry_count: AtomicU64,
 }
 
 impl MemStore<AlwaysFits> {
@@ -491,6 +513,7 @@ impl<F: FitCheck> MemStore<F> {
             patch_bytes: AtomicU64::new(0),
             fit_failure_count: AtomicU64::new(0),
             allocate_count: AtomicU64::new(0),
+            entry_count: AtomicU64::new(0),
         })
     }
 
@@ -699,6 +722,27 @@ impl<F: FitCheck> PageStore for MemStore<F> {
         Ok(self
             .fit
             .would_commit(guard.page_id, image, &recorder.patches, &frame.block))
+    }
+
+    fn entry_count(&self) -> Result<Option<u64>> {
+        Ok(Some(self.entry_count.load(Ordering::Acquire)))
+    }
+
+    fn add_entry_count(&self, delta: i64, _: &mut OpContext) -> Result<()> {
+        self.entry_count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                n.checked_add_signed(delta)
+            })
+            .map(drop)
+            .map_err(|n| Error::Corrupted {
+                page_id: PageId(0),
+                reason: format!("entry count {n} cannot change by {delta}"),
+            })
+    }
+
+    fn set_entry_count(&self, count: u64, _: &mut OpContext) -> Result<()> {
+        self.entry_count.store(count, Ordering::Release);
+        Ok(())
     }
 
     fn finish_op(&self, op: OpContext) {

@@ -669,6 +669,59 @@ impl<S: PageStore> Tree<S> {
         Ok(())
     }
 
+    // ---------------------------------------------------------------- count
+
+    /// The number of entries: the count the store keeps, changed by every
+    /// insert of a new key and every delete of a present one in the same
+    /// operation, so reading it costs one shared latch of the store's meta
+    /// page. A store that keeps no count yet (a file written before counts
+    /// were kept) is counted leaf by leaf instead, until
+    /// [`Tree::recount_in`] stores the count.
+    ///
+    /// Under concurrent writers the count may lag an operation that has
+    /// changed its leaf but not yet the count.
+    pub fn len(&self) -> Result<u64> {
+        match self.store.entry_count()? {
+            Some(count) => Ok(count),
+            None => self.count_entries(),
+        }
+    }
+
+    /// Whether the tree holds no entry ([`Tree::len`] is 0).
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Counts the leaves' entries and stores the count in the store within
+    /// `op`: the upgrade of a store that kept none. Expects no concurrent
+    /// writer. Returns the count.
+    pub fn recount_in(&self, op: &mut OpContext) -> Result<u64> {
+        let count = self.count_entries()?;
+        self.store.set_entry_count(count, op)?;
+        Ok(count)
+    }
+
+    /// The entries in the leaves, following the right links from the
+    /// leftmost leaf with latch coupling (reads every leaf).
+    pub(crate) fn count_entries(&self) -> Result<u64> {
+        let (mut g, mut id) = self.edge_leaf_shared(false)?;
+        let mut count = 0u64;
+        loop {
+            if !page::is_leaf(&g) {
+                return Err(Error::Corrupted {
+                    page_id: id,
+                    reason: "a leaf's right link leads to a non-leaf".into(),
+                });
+            }
+            count += page::record_count(&g) as u64;
+            let Some(next) = page::right(&g) else {
+                return Ok(count);
+            };
+            let right = self.store.fix_shared(next)?;
+            (g, id) = (right, next);
+        }
+    }
+
     // ---------------------------------------------------------------- insert
 
     /// Inserts or replaces `key`; true if it replaced a value.
@@ -693,12 +746,23 @@ impl<S: PageStore> Tree<S> {
         };
         let chain = (flags & REC_OVERFLOW != 0).then(|| decode_overflow_ref(&rec.value).0);
         let result = self.upsert(op, rec);
-        if let (Err(_), Some(first)) = (&result, chain) {
-            // Nothing of the insert was committed but its new overflow
-            // chain: give it back. (The first error is the one to report.)
-            let _ = self.free_chain(op, first);
+        match (result, chain) {
+            (Err(e), Some(first)) => {
+                // Nothing of the insert was committed but its new overflow
+                // chain: give it back. (The first error is the one to
+                // report.)
+                let _ = self.free_chain(op, first);
+                Err(e)
+            }
+            (Err(e), None) => Err(e),
+            (Ok(true), _) => Ok(true),
+            (Ok(false), _) => {
+                // A new key: counted in the same operation, after every
+                // tree latch was released (the meta page comes last).
+                self.store.add_entry_count(1, op)?;
+                Ok(false)
+            }
         }
-        result
     }
 
     /// Inserts or replaces `rec`: optimistically in its leaf, else on an
@@ -1480,6 +1544,19 @@ impl<S: PageStore> Tree<S> {
 
     /// [`Tree::delete`] within the caller's operation context.
     pub fn delete_in(&self, op: &mut OpContext, key: &[u8]) -> Result<bool> {
+        let existed = self.remove(op, key)?;
+        if existed {
+            // Counted in the same operation, after every tree latch was
+            // released (the meta page comes last).
+            self.store.add_entry_count(-1, op)?;
+        }
+        Ok(existed)
+    }
+
+    /// Removes `key` if present: optimistically from its leaf, else on an
+    /// exclusively latched path, rebalancing as needed. True if it was
+    /// present.
+    fn remove(&self, op: &mut OpContext, key: &[u8]) -> Result<bool> {
         check_key(key)?;
         {
             let mut leaf = self.leaf_exclusive(key)?;

@@ -49,6 +49,15 @@ impl PageStore for Recording {
     fn prefetch(&self, page_ids: &[PageId]) {
         self.hints.lock().push(page_ids.to_vec());
     }
+    fn entry_count(&self) -> Result<Option<u64>> {
+        self.inner.entry_count()
+    }
+    fn add_entry_count(&self, delta: i64, op: &mut OpContext) -> Result<()> {
+        self.inner.add_entry_count(delta, op)
+    }
+    fn set_entry_count(&self, count: u64, op: &mut OpContext) -> Result<()> {
+        self.inner.set_entry_count(count, op)
+    }
 }
 
 const KEYS: u32 = 20_000;

@@ -1,0 +1,194 @@
+//! `Tree::len`: the entry count the meta page keeps. Puts of new keys and
+//! deletes of present ones change it, overwrites and deletes of absent keys
+//! do not, a batch counts each of its operations, a refused write changes
+//! nothing, the count survives reopen and is checked by `check`, and a tree
+//! file written before counts were kept (a version 1 meta page) is counted
+//! once at open. Crash recovery of the count is checked by `crash.rs` and
+//! `power_loss.rs` after every recovery.
+
+#![allow(clippy::unwrap_used, reason = "tests may unwrap")]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use barracuda::btree::{Fit, PoolStore};
+use barracuda::btree::{LsnCounter, LsnMode, META_PAGE_ID, OpContext, PageStore, PageWrite};
+use barracuda::codec::{Codec, Geometry, PAGE_HEADER_RESERVED_BYTES};
+use barracuda::pool::{BufferPool, CodecService, FileService, PageFormat, PoolConfig, Services};
+use barracuda::{Compression, Db, Durability, Error, TreeOptions, WriteBatch};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+fn tempdir() -> tempfile::TempDir {
+    // Under target/: an ext4 filesystem where O_DIRECT works (not tmpfs).
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn small() -> barracuda::Options {
+    Db::options()
+        .buffer_pool_bytes(1 << 20)
+        .log_bytes(16 << 20)
+        .durability(Durability::NoSync)
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
+
+#[test]
+fn len_counts_new_keys_not_overwrites_and_survives_reopen() {
+    let dir = tempdir();
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut model = BTreeMap::new();
+    {
+        let db = small().open(dir.path()).unwrap();
+        let tree = db.tree("t").unwrap();
+        assert_eq!(tree.len().unwrap(), 0);
+        assert!(tree.is_empty().unwrap());
+        for step in 0..5000u64 {
+            let i = rng.random_range(0..1500);
+            if rng.random_range(0..3) == 0 {
+                let existed = tree.delete(&key(i)).unwrap();
+                assert_eq!(existed, model.remove(&key(i)).is_some());
+            } else {
+                let existed = tree.put(&key(i), &key(step)).unwrap();
+                assert_eq!(existed, model.insert(key(i), key(step)).is_some());
+            }
+            assert_eq!(tree.len().unwrap(), model.len() as u64, "step {step}");
+        }
+        tree.check().unwrap();
+        db.close().unwrap();
+    }
+    let db = small().open(dir.path()).unwrap();
+    let tree = db.tree("t").unwrap();
+    assert_eq!(tree.len().unwrap(), model.len() as u64);
+    assert!(!tree.is_empty().unwrap());
+    db.check().unwrap();
+}
+
+#[test]
+fn batches_count_each_operation_and_refused_writes_count_nothing() {
+    let dir = tempdir();
+    let db = small()
+        .buffer_pool_bytes(16 << 20)
+        .open(dir.path())
+        .unwrap();
+    let a = db.tree("a").unwrap();
+    let b = db
+        .create_tree("b", TreeOptions::default().compression(Compression::None))
+        .unwrap();
+    for i in 0..10 {
+        a.put(&key(i), b"old").unwrap();
+    }
+    let mut batch = WriteBatch::new();
+    batch.put(&a, &key(0), b"replaced"); // present: no change
+    batch.put(&a, &key(100), b"new"); // +1
+    batch.put(&a, &key(100), b"again"); // present by now: no change
+    batch.delete(&a, &key(1)); // -1
+    batch.delete(&a, &key(1)); // absent by now: no change
+    batch.delete(&a, &key(999)); // absent: no change
+    batch.put(&b, &key(5), b"in b"); // +1 in b
+    batch.delete(&b, &key(6)); // absent in b
+    db.write(batch).unwrap();
+    assert_eq!(a.len().unwrap(), 10);
+    assert_eq!(b.len().unwrap(), 1);
+    // A key too long: refused before anything changes.
+    assert!(a.put(&vec![1; 100_000], b"x").is_err());
+    assert!(a.delete(&vec![1; 100_000]).is_err());
+    // A batch too large: refused up front, as a whole.
+    let mut huge = WriteBatch::new();
+    for i in 0..2000 {
+        huge.put(&a, &key(1000 + i), b"x");
+    }
+    huge.put(&b, &key(7), b"x");
+    assert!(matches!(db.write(huge), Err(Error::BatchTooLarge { .. })));
+    assert_eq!(a.len().unwrap(), 10);
+    assert_eq!(b.len().unwrap(), 1);
+    db.check().unwrap();
+    db.close().unwrap();
+    let db = small().open(dir.path()).unwrap();
+    assert_eq!(db.open_tree("a").unwrap().len().unwrap(), 10);
+    assert_eq!(db.open_tree("b").unwrap().len().unwrap(), 1);
+}
+
+/// The store of the closed database's only tree file (uncompressed 16 KiB
+/// pages), on a pool of its own.
+fn open_store(dir: &std::path::Path) -> PoolStore {
+    let path = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "bdb"))
+        .unwrap();
+    let page = 16 << 10;
+    let geometry = Geometry::uncompressed(page).unwrap();
+    let file = barracuda::io::open(&path, &barracuda::io::IoOptions::default()).unwrap();
+    let lsns = LsnCounter::new();
+    let services = Services {
+        codec: Arc::new(CodecService::new(Codec::None, geometry).unwrap()),
+        file: Arc::new(FileService::new(file)),
+        durable_lsn: PoolStore::durable_lsn_provider(&lsns),
+        clock: None,
+    };
+    let config = PoolConfig::default()
+        .page_size_bytes(page)
+        .format(PageFormat::Uncompressed)
+        .buffer_pool_bytes(64 * page);
+    let pool = Arc::new(BufferPool::open(config, services).unwrap());
+    PoolStore::open(pool, LsnMode::Counter(lsns)).unwrap()
+}
+
+/// Rewrites page 0 of the closed database's only tree file as a version 1
+/// meta page without a count, as the format before counts were kept wrote
+/// it.
+fn downgrade_meta_page(dir: &std::path::Path) {
+    let store = open_store(dir);
+    assert!(store.entry_count().unwrap().is_some());
+    let h = PAGE_HEADER_RESERVED_BYTES;
+    let mut op = OpContext::new();
+    {
+        let mut meta = store.fix_exclusive(META_PAGE_ID).unwrap();
+        meta.write(h + 4, &1u32.to_le_bytes());
+        meta.write(h + 32, &[0u8; 8]);
+        assert_eq!(meta.commit(&mut op), Fit::Fits);
+    }
+    store.finish_op(op);
+    assert_eq!(store.entry_count().unwrap(), None);
+    store.pool().flush_all().unwrap();
+}
+
+#[test]
+fn a_tree_file_without_a_count_is_counted_once_at_open() {
+    let dir = tempdir();
+    let options =
+        || small().default_tree_options(TreeOptions::default().compression(Compression::None));
+    {
+        let db = options().open(dir.path()).unwrap();
+        let tree = db.tree("old").unwrap();
+        for i in 0..3000 {
+            tree.put(&key(i), &key(i)).unwrap();
+        }
+        db.close().unwrap();
+    }
+    downgrade_meta_page(dir.path());
+    {
+        let db = options().open(dir.path()).unwrap();
+        let tree = db.tree("old").unwrap();
+        assert_eq!(tree.len().unwrap(), 3000);
+        tree.put(b"new", b"entry").unwrap();
+        tree.delete(&key(0)).unwrap();
+        assert_eq!(tree.len().unwrap(), 3000);
+        db.check().unwrap();
+        // No close, no checkpoint: the upgrade and the writes must come
+        // back from the log.
+        db.sync().unwrap();
+        db.halt();
+    }
+    let db = options().open(dir.path()).unwrap();
+    let tree = db.tree("old").unwrap();
+    assert_eq!(tree.len().unwrap(), 3000);
+    assert_eq!(tree.iter().count(), 3000);
+    db.check().unwrap();
+    db.close().unwrap();
+    // The count is stored in the file now, not counted at each open.
+    assert_eq!(open_store(dir.path()).entry_count().unwrap(), Some(3000));
+}
