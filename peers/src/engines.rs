@@ -496,15 +496,13 @@ impl Reader for SledReader<'_> {
         })
     }
 
-    /// The visitor scan: no per-entry allocation (`Tree::range` copies
-    /// each entry into owned vectors).
     fn scan(&self, from: &[u8], count: usize, f: &mut dyn FnMut(&[u8])) -> Result<usize> {
         let mut seen = 0;
-        self.0.scan(from.., |_key, value| {
-            f(value);
+        for entry in self.0.range(from..).take(count) {
+            let (_key, value) = entry?;
+            f(&value);
             seen += 1;
-            seen < count
-        })?;
+        }
         Ok(seen)
     }
 
@@ -579,15 +577,13 @@ impl Reader for FjallReader {
         })
     }
 
-    /// The visitor scan: no per-entry allocation (`Tree::range` copies
-    /// each entry into owned vectors).
     fn scan(&self, from: &[u8], count: usize, f: &mut dyn FnMut(&[u8])) -> Result<usize> {
         let mut seen = 0;
-        self.0.scan(from.., |_key, value| {
-            f(value);
+        for entry in self.0.range(from..).take(count) {
+            let (_key, value) = entry?;
+            f(&value);
             seen += 1;
-            seen < count
-        })?;
+        }
         Ok(seen)
     }
 
