@@ -78,11 +78,7 @@ impl WriteBatch {
             let inner = tree.inner();
             let pool = inner.pool();
             let per_page = pool.config().page_size_bytes + image_bytes(&inner);
-            let pages: usize = self
-                .ops
-                .iter()
-                .filter(|(t, _)| t.same_tree(tree))
-                .count()
+            let pages: usize = self.ops.iter().filter(|(t, _)| t.same_tree(tree)).count()
                 * PAGES_PER_OPERATION
                 + BATCH_IMAGES_MORE;
             let cache_limit = pool.budget_bytes() / 2;

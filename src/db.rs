@@ -674,9 +674,7 @@ impl DbInner {
         for finished in store.take_finished_ops() {
             merge_op(writer.op(&inner), finished);
         }
-        let end = self
-            .log_ops(state, &writer)
-            .inspect_err(|e| self.fail(e))?;
+        let end = self.log_ops(state, &writer).inspect_err(|e| self.fail(e))?;
         if let Some(end) = end {
             self.wal.flush_to(end)?;
         }
@@ -770,9 +768,7 @@ impl DbInner {
             self.fail(error);
             return result.map(|value| (value, None));
         }
-        let end = self
-            .log_ops(state, &writer)
-            .inspect_err(|e| self.fail(e))?;
+        let end = self.log_ops(state, &writer).inspect_err(|e| self.fail(e))?;
         Ok((result?, end))
     }
 
