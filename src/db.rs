@@ -6,7 +6,9 @@
 //! A database directory holds `LOCK` (an exclusive `flock`, so a second
 //! process gets [`barracuda_io::IoError::DirLocked`]), `CATALOG` (the trees,
 //! see [`crate::catalog`]), `wal.log` (the circular log) and one data file
-//! per tree, `tree-NNNNN.bdb`, with its own buffer pool.
+//! per tree, `tree-NNNNN.bdb`, with its own buffer pool. [`Db::compact`]
+//! replaces a tree's file (see `compact.rs`); a tree file the catalog does
+//! not name is left over from an interrupted one and deleted at open.
 //!
 //! # Writes
 //!
