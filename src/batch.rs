@@ -64,24 +64,21 @@ impl WriteBatch {
                 });
             }
             let bytes = match op {
-                Op::Put(key, value) => check_entry(db, tree.inner(), key, Some(value))?,
-                Op::Delete(key) => check_entry(db, tree.inner(), key, None)?,
+                Op::Put(key, value) => check_entry(db, &tree.inner(), key, Some(value))?,
+                Op::Delete(key) => check_entry(db, &tree.inner(), key, None)?,
             };
             estimated += bytes;
-            image_bytes_max = image_bytes_max.max(image_bytes(tree.inner()));
+            image_bytes_max = image_bytes_max.max(image_bytes(&tree.inner()));
         }
         estimated += BATCH_IMAGES_MORE * image_bytes_max;
         let limit = db.group_bytes_max();
         // Every page a batch changes stays in its pool, pinned at the
         // pending LSN, until the batch is logged: at most half the pool.
         for (tree, _) in &self.ops {
-            let pool = tree.inner().pool();
-            let per_page = pool.config().page_size_bytes + image_bytes(tree.inner());
-            let pages: usize = self
-                .ops
-                .iter()
-                .filter(|(t, _)| std::sync::Arc::ptr_eq(t.inner(), tree.inner()))
-                .count()
+            let inner = tree.inner();
+            let pool = inner.pool();
+            let per_page = pool.config().page_size_bytes + image_bytes(&inner);
+            let pages: usize = self.ops.iter().filter(|(t, _)| t.same_tree(tree)).count()
                 * PAGES_PER_OPERATION
                 + BATCH_IMAGES_MORE;
             let cache_limit = pool.budget_bytes() / 2;
@@ -100,8 +97,10 @@ impl WriteBatch {
         }
         db.write(durability, |writer| {
             for (tree, op) in &self.ops {
+                // Loaded under the write mutex: a compaction cannot swap
+                // the tree until this write is logged.
                 let inner = tree.inner();
-                let ctx = writer.op(inner);
+                let ctx = writer.op(&inner);
                 match op {
                     Op::Put(key, value) => {
                         inner.tree.insert_in(ctx, key, value)?;

@@ -6,7 +6,9 @@
 //! A database directory holds `LOCK` (an exclusive `flock`, so a second
 //! process gets [`barracuda_io::IoError::DirLocked`]), `CATALOG` (the trees,
 //! see [`crate::catalog`]), `wal.log` (the circular log) and one data file
-//! per tree, `tree-NNNNN.bdb`, with its own buffer pool.
+//! per tree, `tree-NNNNN.bdb`, with its own buffer pool. [`Db::compact`]
+//! replaces a tree's file (see `compact.rs`); a tree file the catalog does
+//! not name is left over from an interrupted one and deleted at open.
 //!
 //! # Writes
 //!
@@ -63,6 +65,10 @@ use crate::catalog::{Catalog, TreeEntry, directory_error};
 use crate::error::{Error, Result};
 use crate::options::{Compression, Durability, Options, TreeOptions};
 use crate::tree::Tree;
+pub use compact::{CompactStats, CompactStep};
+
+mod compact;
+
 use crate::wal::{GROUP_BYTES_MAX, LoggedGroup, RedoEntry, RedoGroup, Wal, WalOptions};
 
 /// The log file's name in the database directory.
@@ -135,6 +141,41 @@ impl TreeInner {
     }
 }
 
+/// A named tree and its current incarnation, shared by every [`Tree`]
+/// handle of that name. [`Db::compact`] replaces the incarnation while it
+/// holds the write mutex, so a writer sees one incarnation for its whole
+/// operation; a reader that loaded the old one finishes on it (its file is
+/// unlinked but stays open until the last reader drops it).
+pub(crate) struct TreeSlot {
+    pub(crate) name: String,
+    current: RwLock<Arc<TreeInner>>,
+}
+
+impl TreeSlot {
+    fn new(inner: Arc<TreeInner>) -> Arc<TreeSlot> {
+        Arc::new(TreeSlot {
+            name: inner.entry.name.clone(),
+            current: RwLock::new(inner),
+        })
+    }
+
+    /// The current incarnation, to hold across calls that may block on the
+    /// write mutex or run user code (a scan's visitor).
+    pub(crate) fn load(&self) -> Arc<TreeInner> {
+        Arc::clone(&self.current.read())
+    }
+
+    /// The current incarnation for one short call that takes no write
+    /// mutex (a point read): cheaper than [`TreeSlot::load`].
+    pub(crate) fn read(&self) -> parking_lot::RwLockReadGuard<'_, Arc<TreeInner>> {
+        self.current.read()
+    }
+
+    fn replace(&self, inner: Arc<TreeInner>) -> Arc<TreeInner> {
+        std::mem::replace(&mut *self.current.write(), inner)
+    }
+}
+
 /// What the write mutex guards.
 #[derive(Default)]
 struct WriteState {
@@ -177,7 +218,7 @@ pub(crate) struct DbInner {
     io_options: IoOptions,
     wal: Arc<Wal>,
     durable: Arc<WalDurable>,
-    trees: RwLock<Vec<Arc<TreeInner>>>,
+    trees: RwLock<Vec<Arc<TreeSlot>>>,
     catalog: Mutex<Catalog>,
     write: Mutex<WriteState>,
     checkpoint_lock: Mutex<()>,
@@ -268,13 +309,23 @@ impl Db {
             background: Mutex::new(None),
             lock: Mutex::new(Some(lock)),
         });
+        // Files of an interrupted compaction (or tree creation): their
+        // trees are not in the catalog, and recovery skipped their log
+        // records.
+        let orphans = compact::remove_orphan_files(dir, &catalog)?;
         for entry in catalog.trees {
             let Some((pool, file)) = pools.remove(&entry.id) else {
                 unreachable!("every catalog tree has a pool");
             };
             let meta_known = replayed.contains(&(entry.id, PageId(0))) || file.len()? > 0;
             let tree = inner.attach_tree(entry, pool, file, meta_known)?;
-            inner.trees.write().push(tree);
+            inner.trees.write().push(TreeSlot::new(tree));
+        }
+        if orphans > 0 {
+            // The orphans' records are still in the log after the
+            // checkpoint; move the checkpoint past them before a new tree
+            // can reuse their tree id and have them replayed onto it.
+            inner.checkpoint()?;
         }
         let weak = Arc::downgrade(&inner);
         let handle = std::thread::Builder::new()
@@ -317,7 +368,7 @@ impl Db {
             .trees
             .read()
             .iter()
-            .map(|t| t.entry.name.clone())
+            .map(|t| t.name.clone())
             .collect()
     }
 
@@ -345,6 +396,62 @@ impl Db {
         self.inner.checkpoint()
     }
 
+    /// Rewrites the tree `name` into full pages and gives the space back:
+    /// reads it in key order (streaming, never more than one batch in
+    /// memory) into a new tree with the same [`TreeOptions`], in a new
+    /// file, then swaps the new tree in and deletes the old file. After
+    /// random inserts leaves are about 70% full, after deleting half the
+    /// keys often under 50%, and freed pages never leave the file; the
+    /// rewrite leaves them nearly full (the split policy sees an ascending
+    /// stream) and the file holds no free pages.
+    ///
+    /// Writers to any tree wait until it ends (it holds the write mutex);
+    /// readers keep reading the old tree until the swap. Existing [`Tree`]
+    /// handles and open iterators keep working and see the new tree after
+    /// the swap. A crash at any moment reopens to the old tree or the new
+    /// one, each complete (see `docs/design.md`, "Compaction"); files of
+    /// an interrupted compaction are deleted at open.
+    ///
+    /// Needs free disk space for a second copy of the tree (its compacted
+    /// size), and as much log as it copies between checkpoints.
+    pub fn compact(&self, name: &str) -> Result<CompactStats> {
+        self.compact_with_progress(name, |_| {})
+    }
+
+    /// [`Db::compact`], calling `progress(entries copied so far)` after
+    /// each batch.
+    pub fn compact_with_progress(
+        &self,
+        name: &str,
+        mut progress: impl FnMut(u64),
+    ) -> Result<CompactStats> {
+        self.inner.check_open()?;
+        match self.inner.compact(name, &mut progress, None)? {
+            Some(stats) => Ok(stats),
+            None => unreachable!("a compaction without a stop step runs to the end"),
+        }
+    }
+
+    /// [`Db::compact`] on every tree, in creation order.
+    pub fn compact_all(&self) -> Result<Vec<(String, CompactStats)>> {
+        let mut all = Vec::new();
+        for name in self.tree_names() {
+            let stats = self.compact(&name)?;
+            all.push((name, stats));
+        }
+        Ok(all)
+    }
+
+    /// Runs a compaction up to `step` and leaves it there; follow with
+    /// [`Db::halt`] to simulate a crash right after that step. For crash
+    /// tests.
+    #[doc(hidden)]
+    pub fn compact_interrupted(&self, name: &str, step: CompactStep) -> Result<()> {
+        self.inner.check_open()?;
+        self.inner.compact(name, &mut |_| {}, Some(step))?;
+        Ok(())
+    }
+
     /// The write-ahead log's counters.
     pub fn log_stats(&self) -> crate::wal::WalStats {
         self.inner.wal.stats()
@@ -358,7 +465,8 @@ impl Db {
     /// Checks every tree: its structure and every page's block (each page
     /// is read and verified). Returns the first problem found.
     pub fn check(&self) -> Result<()> {
-        for tree in self.inner.trees.read().iter() {
+        for slot in self.inner.trees.read().iter() {
+            let tree = slot.load();
             tree.tree.check_invariants()?;
             tree.tree.store().check_invariants()?;
         }
@@ -502,12 +610,8 @@ impl DbInner {
         }
     }
 
-    fn find_tree(&self, name: &str) -> Option<Arc<TreeInner>> {
-        self.trees
-            .read()
-            .iter()
-            .find(|t| t.entry.name == name)
-            .cloned()
+    fn find_tree(&self, name: &str) -> Option<Arc<TreeSlot>> {
+        self.trees.read().iter().find(|t| t.name == name).cloned()
     }
 
     /// Opens the tree of `entry` on its pool, formatting it if it was
@@ -520,15 +624,9 @@ impl DbInner {
         file: Arc<dyn BlockFile>,
         meta_known: bool,
     ) -> Result<Arc<TreeInner>> {
-        let compressed = entry.compression != Compression::None;
-        let config = TreeConfig {
-            policy: entry.split_policy,
-            compressed,
-            read_ahead_pages: self.options.read_ahead_pages,
-            ..TreeConfig::default()
-        };
-        let cleaner = pool.spawn_flusher(PAGE_CLEANER_INTERVAL, PAGE_CLEANER_BATCH_PAGES);
         if meta_known {
+            let config = self.tree_config(&entry);
+            let cleaner = pool.spawn_flusher(PAGE_CLEANER_INTERVAL, PAGE_CLEANER_BATCH_PAGES);
             let store = Arc::new(PoolStore::open(pool, LsnMode::Logged)?);
             let tree = BTree::open(store, ROOT_PAGE_ID, config);
             let inner = Arc::new(TreeInner {
@@ -542,9 +640,31 @@ impl DbInner {
             }
             return Ok(inner);
         }
-        // Format: the meta page and the root, logged as one group.
-        let id = entry.id;
         let mut state = self.write.lock();
+        self.format_tree(&mut state, entry, pool, file)
+    }
+
+    fn tree_config(&self, entry: &TreeEntry) -> TreeConfig {
+        TreeConfig {
+            policy: entry.split_policy,
+            compressed: entry.compression != Compression::None,
+            read_ahead_pages: self.options.read_ahead_pages,
+            ..TreeConfig::default()
+        }
+    }
+
+    /// Formats a new tree (the meta page and the root, logged as one group
+    /// and made durable) under the write mutex.
+    fn format_tree(
+        &self,
+        state: &mut WriteState,
+        entry: TreeEntry,
+        pool: Arc<BufferPool>,
+        file: Arc<dyn BlockFile>,
+    ) -> Result<Arc<TreeInner>> {
+        let config = self.tree_config(&entry);
+        let cleaner = pool.spawn_flusher(PAGE_CLEANER_INTERVAL, PAGE_CLEANER_BATCH_PAGES);
+        let id = entry.id;
         let mut op = OpContext::new();
         let store = Arc::new(PoolStore::format(pool, LsnMode::Logged, &mut op)?);
         let tree = BTree::create(Arc::clone(&store), config)?;
@@ -562,9 +682,7 @@ impl DbInner {
         for finished in store.take_finished_ops() {
             merge_op(writer.op(&inner), finished);
         }
-        let logged = self.log_ops(&mut state, &writer);
-        drop(state);
-        let end = logged.inspect_err(|e| self.fail(e))?;
+        let end = self.log_ops(state, &writer).inspect_err(|e| self.fail(e))?;
         if let Some(end) = end {
             self.wal.flush_to(end)?;
         }
@@ -592,10 +710,10 @@ impl DbInner {
         Ok(())
     }
 
-    fn create_tree(&self, name: &str, options: TreeOptions) -> Result<Arc<TreeInner>> {
+    fn create_tree(&self, name: &str, options: TreeOptions) -> Result<Arc<TreeSlot>> {
         let mut catalog = self.catalog.lock();
         if let Some(existing) = self.find_tree(name) {
-            let have = existing.entry.options();
+            let have = existing.load().entry.options();
             if have != options {
                 return Err(Error::TreeOptionsMismatch {
                     name: name.into(),
@@ -635,7 +753,7 @@ impl DbInner {
         next.trees.push(entry.clone());
         next.store(&self.dir)?;
         *catalog = next;
-        let tree = self.attach_tree(entry, pool, file, false)?;
+        let tree = TreeSlot::new(self.attach_tree(entry, pool, file, false)?);
         self.trees.write().push(Arc::clone(&tree));
         Ok(tree)
     }
@@ -648,6 +766,23 @@ impl DbInner {
     ) -> Result<R> {
         self.check_failure()?;
         let mut state = self.lock_with_log_room()?;
+        let applied = self.write_locked(&mut state, f);
+        drop(state);
+        let (value, end) = applied?;
+        if let Some(end) = end {
+            self.wait_durable(durability, end)?;
+        }
+        Ok(value)
+    }
+
+    /// Runs `f` as one atomic write under the write mutex (held by the
+    /// caller) and logs it; returns its value and its group's end, if it
+    /// changed anything. Does not wait for durability.
+    fn write_locked<R>(
+        &self,
+        state: &mut WriteState,
+        f: impl FnOnce(&mut Writer) -> Result<R>,
+    ) -> Result<(R, Option<Lsn>)> {
         let mut writer = Writer::default();
         let result = f(&mut writer);
         if let Err(error) = &result
@@ -658,18 +793,11 @@ impl DbInner {
             // Logging part of it would break atomicity and its pages cannot
             // be rolled back: refuse all further writes; reopening recovers
             // the state before it.
-            drop(state);
             self.fail(error);
-            return result;
+            return result.map(|value| (value, None));
         }
-        let logged = self.log_ops(&mut state, &writer);
-        drop(state);
-        let end = logged.inspect_err(|e| self.fail(e))?;
-        let value = result?;
-        if let Some(end) = end {
-            self.wait_durable(durability, end)?;
-        }
-        Ok(value)
+        let end = self.log_ops(state, &writer).inspect_err(|e| self.fail(e))?;
+        Ok((result?, end))
     }
 
     fn wait_durable(&self, durability: Durability, end: Lsn) -> Result<()> {
@@ -690,14 +818,20 @@ impl DbInner {
     fn lock_with_log_room(&self) -> Result<parking_lot::MutexGuard<'_, WriteState>> {
         loop {
             let state = self.write.lock();
-            let ring = self.wal.ring_bytes();
-            let free = ring.saturating_sub(self.wal.used_bytes());
-            if free >= self.group_bytes_max() as u64 + (ring / 8) {
+            if self.log_has_room() {
                 return Ok(state);
             }
             drop(state);
             self.checkpoint()?;
         }
+    }
+
+    /// Whether the log has room for a maximal group (and an eighth of the
+    /// ring to spare).
+    fn log_has_room(&self) -> bool {
+        let ring = self.wal.ring_bytes();
+        let free = ring.saturating_sub(self.wal.used_bytes());
+        free >= self.group_bytes_max() as u64 + (ring / 8)
     }
 
     /// The most log bytes one atomic write may need.
@@ -757,9 +891,20 @@ impl DbInner {
             state.imaged.clear();
             self.wal.next_lsn()
         };
+        self.checkpoint_to(target, &[])
+    }
+
+    /// A checkpoint at `target` (picked under the write mutex, with the
+    /// imaged set cleared), also flushing `more` trees that are not in the
+    /// catalog yet (a compaction's new tree). The caller holds the
+    /// checkpoint lock.
+    fn checkpoint_to(&self, target: Lsn, more: &[&TreeInner]) -> Result<()> {
         self.wal.flush_to(target)?;
-        let trees = self.trees.read().clone();
+        let trees: Vec<_> = self.trees.read().iter().map(|t| t.load()).collect();
         for tree in &trees {
+            self.flush_tree_before(tree, target)?;
+        }
+        for tree in more {
             self.flush_tree_before(tree, target)?;
         }
         self.wal.checkpoint(target, &[])?;
@@ -809,7 +954,7 @@ impl DbInner {
             self.checkpoint()
         };
         for tree in self.trees.read().iter() {
-            tree.cleaner.lock().take();
+            tree.load().cleaner.lock().take();
         }
         self.lock.lock().take();
         result

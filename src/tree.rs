@@ -7,7 +7,7 @@ use std::sync::Arc;
 use barracuda_btree::{KEY_BYTES_MAX, TreeStats, VALUE_BYTES_MAX};
 use barracuda_pool::PoolStatus;
 
-use crate::db::{DbInner, TreeInner};
+use crate::db::{DbInner, TreeInner, TreeSlot};
 use crate::error::{Error, Result};
 use crate::options::{Durability, TreeOptions};
 
@@ -20,16 +20,20 @@ const RANGE_CHUNK_ENTRIES_FIRST: usize = 16;
 const RANGE_CHUNK_ENTRIES_MAX: usize = 1024;
 
 /// One named tree. Cheap to clone; `Send + Sync`.
+///
+/// A handle names the tree, not its file: after [`crate::Db::compact`]
+/// swaps in the rewritten tree, every existing handle (and every open
+/// [`Range`]) reads and writes the new one.
 #[derive(Clone)]
 pub struct Tree {
     db: Arc<DbInner>,
-    inner: Arc<TreeInner>,
+    slot: Arc<TreeSlot>,
 }
 
 impl std::fmt::Debug for Tree {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tree")
-            .field("name", &self.inner.entry.name)
+            .field("name", &self.slot.name)
             .finish()
     }
 }
@@ -38,12 +42,19 @@ impl std::fmt::Debug for Tree {
 pub type KeyValue = (Vec<u8>, Vec<u8>);
 
 impl Tree {
-    pub(crate) fn new(db: Arc<DbInner>, inner: Arc<TreeInner>) -> Tree {
-        Tree { db, inner }
+    pub(crate) fn new(db: Arc<DbInner>, slot: Arc<TreeSlot>) -> Tree {
+        Tree { db, slot }
     }
 
-    pub(crate) fn inner(&self) -> &Arc<TreeInner> {
-        &self.inner
+    /// The tree's current incarnation. Under the write mutex it cannot
+    /// change (a compaction swaps it while holding that mutex).
+    pub(crate) fn inner(&self) -> Arc<TreeInner> {
+        self.slot.load()
+    }
+
+    /// Whether both handles name the same tree of the same database.
+    pub(crate) fn same_tree(&self, other: &Tree) -> bool {
+        Arc::ptr_eq(&self.slot, &other.slot)
     }
 
     pub(crate) fn db(&self) -> &Arc<DbInner> {
@@ -52,18 +63,18 @@ impl Tree {
 
     /// The tree's name.
     pub fn name(&self) -> &str {
-        &self.inner.entry.name
+        &self.slot.name
     }
 
     /// The options the tree was created with.
     pub fn options(&self) -> TreeOptions {
-        self.inner.entry.options()
+        self.slot.load().entry.options()
     }
 
     /// The value of `key`, if present.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.db.check_open()?;
-        Ok(self.inner.tree.get(key)?)
+        Ok(self.slot.read().tree.get(key)?)
     }
 
     /// Whether `key` is present.
@@ -88,7 +99,7 @@ impl Tree {
     /// ```
     pub fn len(&self) -> Result<u64> {
         self.db.check_open()?;
-        Ok(self.inner.tree.len()?)
+        Ok(self.slot.read().tree.len()?)
     }
 
     /// Whether the tree has no entries ([`Tree::len`] is 0).
@@ -104,10 +115,11 @@ impl Tree {
 
     /// [`Tree::put`] with the given durability.
     pub fn put_with(&self, key: &[u8], value: &[u8], durability: Durability) -> Result<bool> {
-        check_entry(&self.db, &self.inner, key, Some(value))?;
+        check_entry(&self.db, &self.slot.load(), key, Some(value))?;
         self.db.write(durability, |writer| {
-            let op = writer.op(&self.inner);
-            Ok(self.inner.tree.insert_in(op, key, value)?)
+            let inner = self.slot.load();
+            let op = writer.op(&inner);
+            Ok(inner.tree.insert_in(op, key, value)?)
         })
     }
 
@@ -118,10 +130,11 @@ impl Tree {
 
     /// [`Tree::delete`] with the given durability.
     pub fn delete_with(&self, key: &[u8], durability: Durability) -> Result<bool> {
-        check_entry(&self.db, &self.inner, key, None)?;
+        check_entry(&self.db, &self.slot.load(), key, None)?;
         self.db.write(durability, |writer| {
-            let op = writer.op(&self.inner);
-            Ok(self.inner.tree.delete_in(op, key)?)
+            let inner = self.slot.load();
+            let op = writer.op(&inner);
+            Ok(inner.tree.delete_in(op, key)?)
         })
     }
 
@@ -179,7 +192,7 @@ impl Tree {
         self.db.check_open()?;
         let start = range.start_bound().map(AsRef::as_ref);
         let end = range.end_bound().map(AsRef::as_ref);
-        Ok(self.inner.tree.scan(start, end, visit)?)
+        Ok(self.slot.load().tree.scan(start, end, visit)?)
     }
 
     /// [`Tree::scan`] in descending key order. Does not read ahead.
@@ -191,7 +204,7 @@ impl Tree {
         self.db.check_open()?;
         let start = range.start_bound().map(AsRef::as_ref);
         let end = range.end_bound().map(AsRef::as_ref);
-        Ok(self.inner.tree.scan_rev(start, end, visit)?)
+        Ok(self.slot.load().tree.scan_rev(start, end, visit)?)
     }
 
     /// Every entry, in key order.
@@ -221,26 +234,27 @@ impl Tree {
 
     /// The tree's buffer pool status (hit rate, LRU lengths, I/O, unzips).
     pub fn pool_status(&self) -> PoolStatus {
-        self.inner.pool().status()
+        self.slot.read().pool().status()
     }
 
     /// Height, page counts, fill factor and compression of the tree (reads
     /// every page).
     pub fn stats(&self) -> Result<TreeStats> {
-        Ok(self.inner.tree.stats()?)
+        Ok(self.slot.load().tree.stats()?)
     }
 
     /// Checks the tree's structure and its store's free list (reads every
     /// page, verifying its block).
     pub fn check(&self) -> Result<()> {
-        self.inner.tree.check_invariants()?;
-        self.inner.tree.store().check_invariants()?;
+        let inner = self.slot.load();
+        inner.tree.check_invariants()?;
+        inner.tree.store().check_invariants()?;
         Ok(())
     }
 
     /// Size of the tree's data file in bytes.
     pub fn file_bytes(&self) -> Result<u64> {
-        Ok(self.inner.file.len()?)
+        Ok(self.slot.read().file.len()?)
     }
 }
 
@@ -340,9 +354,9 @@ impl Range {
     /// (`Tree::scan` of the B+tree) that copies only the entries it keeps.
     fn fill_front(&mut self) -> Result<()> {
         self.tree.db.check_open()?;
+        let inner = self.tree.inner();
         let (chunk, buf) = (self.chunk, &mut self.front_buf);
-        self.tree
-            .inner
+        inner
             .tree
             .scan(borrowed(&self.front), borrowed(&self.back), |key, value| {
                 buf.push_back((key.to_vec(), value.to_vec()));
@@ -359,8 +373,9 @@ impl Range {
     /// Copies the next chunk of entries from the back.
     fn fill_back(&mut self) -> Result<()> {
         self.tree.db.check_open()?;
+        let inner = self.tree.inner();
         let (chunk, buf) = (self.chunk, &mut self.back_buf);
-        self.tree.inner.tree.scan_rev(
+        inner.tree.scan_rev(
             borrowed(&self.front),
             borrowed(&self.back),
             |key, value| {

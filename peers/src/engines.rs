@@ -192,8 +192,13 @@ impl Engine for BarracudaEngine {
         Ok(Box::new(BarracudaReader(self.tree.clone())))
     }
 
+    /// `Db::compact`: rewrites the tree into full pages in a new file and
+    /// deletes the old one; `self.tree` follows the swap.
     fn compact(&mut self) -> Result<bool> {
-        Ok(false)
+        self.db()
+            .compact(self.tree.name())
+            .context("barracuda compact")?;
+        Ok(true)
     }
 
     fn counters(&self) -> Option<String> {

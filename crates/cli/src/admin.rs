@@ -1,5 +1,6 @@
-//! Admin commands: look into a database (`stat`, `check`, `dump`, `get`) and
-//! change it (`put`, `del`, `load`).
+//! Admin commands: look into a database (`stat`, `check`, `dump`, `get`),
+//! change it (`put`, `del`, `load`) and rewrite its trees into full pages
+//! (`compact`).
 //!
 //! Keys and values are written in hex on the command line and in `dump` and
 //! `load` lines; an empty key or value is written `-` (hex cannot express
@@ -21,6 +22,7 @@ use anyhow::{Context, bail};
 use barracuda::btree::{KEY_BYTES_MAX, TreeStats, VALUE_BYTES_MAX};
 use barracuda::io::IoError;
 use barracuda::{Db, Durability, FlushMethod, LOG_FILE_NAME, PoolStatus, Tree, WriteBatch};
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 /// The admin commands.
@@ -41,6 +43,10 @@ pub enum Command {
     /// Apply `put TREE HEXKEY HEXVALUE` / `del TREE HEXKEY` lines in durable
     /// batches (creates the database and trees if needed).
     Load(LoadArgs),
+    /// Rewrite trees into full pages and give free space back to the
+    /// filesystem (`Db::compact`); prints pages and file sizes before and
+    /// after.
+    Compact(DumpArgs),
 }
 
 /// Options every admin command takes.
@@ -66,7 +72,7 @@ pub struct StatArgs {
     verbose: bool,
 }
 
-/// `dump`.
+/// `dump` and `compact`.
 #[derive(clap::Args, Debug)]
 pub struct DumpArgs {
     #[command(flatten)]
@@ -124,6 +130,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Put(args) => put(&args),
         Command::Del(args) => del(&args),
         Command::Load(args) => load(&args),
+        Command::Compact(args) => compact(&args),
     }
 }
 
@@ -250,6 +257,36 @@ fn write_entries(db: &Db, names: &[String]) -> anyhow::Result<()> {
         }
     }
     out.flush()?;
+    Ok(())
+}
+
+/// `compact`: every tree (or `--tree`), with a spinner counting entries.
+fn compact(args: &DumpArgs) -> anyhow::Result<()> {
+    let db = open(&args.db, false)?;
+    let names = match &args.tree {
+        Some(name) => vec![db.open_tree(name)?.name().to_owned()],
+        None => sorted(db.tree_names()),
+    };
+    for name in &names {
+        let bar = ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} {msg} {pos} entries {per_sec}")
+                .context("progress template")?,
+        );
+        bar.set_message(format!("compacting {name}:"));
+        let stats = db
+            .compact_with_progress(name, |entries| bar.set_position(entries))
+            .with_context(|| format!("compacting tree {name:?}"))?;
+        bar.finish_and_clear();
+        println!(
+            "tree {name}: {} entries, {} -> {} pages, {} -> {} bytes",
+            stats.entries,
+            stats.pages_before,
+            stats.pages_after,
+            stats.file_bytes_before,
+            stats.file_bytes_after
+        );
+    }
+    db.close()?;
     Ok(())
 }
 

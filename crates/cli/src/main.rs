@@ -18,7 +18,7 @@ enum Command {
     /// Run a benchmark workload and print a table (and JSON with --json).
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// Admin commands: stat, check, dump, get, put, del, load.
+    /// Admin commands: stat, check, dump, get, put, del, load, compact.
     #[command(flatten)]
     Admin(admin::Command),
 }

@@ -83,6 +83,30 @@ fn load_then_dump_round_trips() {
 }
 
 #[test]
+fn compact_keeps_the_dump_and_checks() {
+    let dir = tempdir();
+    let db = dir.path().join("db");
+    let db = db.to_str().unwrap();
+    let (lines, expected) = ops(2000);
+    let file = dir.path().join("ops.txt");
+    std::fs::write(&file, &lines).unwrap();
+    ok(&[
+        "load",
+        db,
+        "--ops",
+        file.to_str().unwrap(),
+        "--batch",
+        "100",
+    ]);
+    let out = ok(&["compact", db, "--tree", "a"]);
+    assert!(out.starts_with("tree a: 1333 entries, "), "{out}");
+    let out = ok(&["compact", db]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert_eq!(ok(&["dump", db]), expected);
+    ok(&["check", db]);
+}
+
+#[test]
 fn load_reads_stdin_commits_every_line_and_stops_at_a_bad_line() {
     let dir = tempdir();
     let db = dir.path().join("db");

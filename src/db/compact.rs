@@ -1,0 +1,335 @@
+//! Compaction: a tree rewritten in key order into a new file, then swapped
+//! in through the catalog (see `docs/design.md`, "Compaction").
+//!
+//! The steps, all under the catalog lock, the checkpoint lock and the write
+//! mutex (in that order, the order `create_tree` and `checkpoint` take
+//! them), so no other write and no other checkpoint runs in between:
+//!
+//! 1. format a new tree with a fresh id, `N`, in its own file; it is not in
+//!    the catalog, so recovery skips its log records;
+//! 2. copy the old tree in key order, in `NoSync` batches (the split
+//!    policy sees an ascending stream and leaves full pages behind);
+//! 3. checkpoint: the new file is complete and synced, and recovery starts
+//!    after every record of both trees;
+//! 4. replace the old entry by `N` in `CATALOG` (write-sync-rename-sync):
+//!    the commit point;
+//! 5. swap the incarnation every `Tree` handle reads, delete the old file.
+//!
+//! A crash before 4 reopens the old tree (`N`'s file is an orphan, deleted
+//! at open, and a checkpoint then moves recovery past its records so that a
+//! later tree reusing id `N` never sees them); a crash after 4 reopens the
+//! new tree, complete since 3, with nothing after 3 to replay but its own
+//! later writes (the old file is an orphan, deleted at open).
+
+use std::collections::HashSet;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{DbInner, TreeInner, TreeSlot, WriteState, open_pool};
+use crate::catalog::{Catalog, TreeEntry, directory_error};
+use crate::error::{Error, Result};
+use crate::tree::{
+    BATCH_IMAGES_MORE, KeyValue, PAGES_PER_OPERATION, image_bytes, worst_case_log_bytes,
+};
+
+/// The most entries one copy batch holds: the write batches an application
+/// would use (a few hundred operations fill a log group of 8 KiB images),
+/// and a bound on the memory the copy holds.
+const COMPACT_BATCH_OPS_MAX: usize = 1024;
+
+/// What a compaction did: the tree's file before and after.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactStats {
+    /// Entries copied (the tree's entries).
+    pub entries: u64,
+    /// Pages of the old file: every page id it handed out (tree pages,
+    /// free pages, the meta page).
+    pub pages_before: u64,
+    /// Pages of the new file (it has no free pages).
+    pub pages_after: u64,
+    /// Size of the old file after a checkpoint.
+    pub file_bytes_before: u64,
+    /// Size of the new file.
+    pub file_bytes_after: u64,
+}
+
+/// Where [`crate::Db::compact_interrupted`] stops, for crash tests: after
+/// this step, as if the process died there.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompactStep {
+    /// The new tree is formatted, nothing copied.
+    Formatted,
+    /// One batch is copied and logged.
+    FirstBatch,
+    /// Everything is copied and logged, not checkpointed.
+    Copied,
+    /// The checkpoint is written; the catalog still names the old tree.
+    Checkpointed,
+    /// The catalog names the new tree; the old file still exists.
+    CatalogSwapped,
+}
+
+/// Entries per copy batch, bounded like a `WriteBatch`: its pages must fit
+/// in half the new tree's pool, its log group in the group limit.
+struct BatchLimits {
+    ops_max: usize,
+    log_bytes_max: usize,
+}
+
+impl DbInner {
+    /// See [`crate::Db::compact`]. Stops after `stop` if given (for crash
+    /// tests) and then returns `Ok(None)`.
+    pub(crate) fn compact(
+        &self,
+        name: &str,
+        progress: &mut dyn FnMut(u64),
+        stop: Option<CompactStep>,
+    ) -> Result<Option<CompactStats>> {
+        self.check_failure()?;
+        let mut catalog = self.catalog.lock();
+        let slot = self
+            .find_tree(name)
+            .ok_or_else(|| Error::TreeNotFound { name: name.into() })?;
+        let _checkpointing = self.checkpoint_lock.lock();
+        let mut state = self.write.lock();
+        self.check_failure()?;
+        let old = slot.load();
+        let entry = TreeEntry {
+            id: catalog.next_id()?,
+            ..old.entry.clone()
+        };
+        let (pool, file) = open_pool(
+            &self.dir,
+            &entry,
+            &self.options,
+            &self.io_options,
+            &self.durable,
+        )?;
+        if file.len()? != 0 {
+            return Err(directory_error(
+                &self.dir,
+                format!("{} exists but is not in the catalog", entry.file_name()),
+            ));
+        }
+        if !self.log_has_room() {
+            self.checkpoint_locked(&mut state, &[])?;
+        }
+        let new = self.format_tree(&mut state, entry, pool, file)?;
+        match self.copy_and_checkpoint(&mut state, &old, &new, progress, stop) {
+            Ok(Some(entries)) => {
+                let stats = CompactStats {
+                    entries,
+                    pages_before: old.tree.store().page_count(),
+                    pages_after: new.tree.store().page_count(),
+                    file_bytes_before: old.file.len()?,
+                    file_bytes_after: new.file.len()?,
+                };
+                if stop == Some(CompactStep::Checkpointed) {
+                    return Ok(None);
+                }
+                self.swap(&mut catalog, &slot, new, stop)?;
+                Ok((stop.is_none()).then_some(stats))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                self.abandon(&mut state, new);
+                Err(e)
+            }
+        }
+    }
+
+    /// Steps 2 and 3: copies `old` into `new` and checkpoints. Returns the
+    /// entries copied, or `None` if it stopped at `stop` before the end.
+    fn copy_and_checkpoint(
+        &self,
+        state: &mut WriteState,
+        old: &TreeInner,
+        new: &Arc<TreeInner>,
+        progress: &mut dyn FnMut(u64),
+        stop: Option<CompactStep>,
+    ) -> Result<Option<u64>> {
+        if stop == Some(CompactStep::Formatted) {
+            return Ok(None);
+        }
+        let limits = self.batch_limits(new);
+        let mut batch: Vec<KeyValue> = Vec::new();
+        let mut batch_log_bytes = 0;
+        let mut copied = 0u64;
+        let mut failed = None;
+        let mut stopped = false;
+        old.tree
+            .scan(Bound::Unbounded, Bound::Unbounded, |key, value| {
+                let bytes = worst_case_log_bytes(new, key.len() + value.len());
+                if !batch.is_empty()
+                    && (batch.len() >= limits.ops_max
+                        || batch_log_bytes + bytes > limits.log_bytes_max)
+                {
+                    if let Err(e) = self.insert_batch(state, new, &mut batch) {
+                        failed = Some(e);
+                        return false;
+                    }
+                    batch_log_bytes = 0;
+                    copied = self.copied(copied, &mut batch, progress);
+                    if stop == Some(CompactStep::FirstBatch) {
+                        stopped = true;
+                        return false;
+                    }
+                }
+                batch.push((key.to_vec(), value.to_vec()));
+                batch_log_bytes += bytes;
+                true
+            })
+            .map_err(Error::from)?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if stopped {
+            return Ok(None);
+        }
+        self.insert_batch(state, new, &mut batch)?;
+        copied = self.copied(copied, &mut batch, progress);
+        if stop == Some(CompactStep::FirstBatch) || stop == Some(CompactStep::Copied) {
+            return Ok(None);
+        }
+        new.tree.store().check_invariants()?;
+        self.checkpoint_locked(state, &[new])?;
+        Ok(Some(copied))
+    }
+
+    fn copied(&self, copied: u64, batch: &mut Vec<KeyValue>, progress: &mut dyn FnMut(u64)) -> u64 {
+        let copied = copied + batch.len() as u64;
+        batch.clear();
+        progress(copied);
+        copied
+    }
+
+    fn batch_limits(&self, new: &TreeInner) -> BatchLimits {
+        let image = image_bytes(new);
+        let pool = new.pool();
+        let per_page = pool.config().page_size_bytes + image;
+        let by_pool = (pool.budget_bytes() / 2 / per_page).saturating_sub(BATCH_IMAGES_MORE)
+            / PAGES_PER_OPERATION;
+        BatchLimits {
+            ops_max: by_pool.clamp(1, COMPACT_BATCH_OPS_MAX),
+            log_bytes_max: self
+                .group_bytes_max()
+                .saturating_sub(BATCH_IMAGES_MORE * image),
+        }
+    }
+
+    /// Inserts `batch` into `new` as one logged group (not synced: the
+    /// checkpoint at the end syncs everything once).
+    fn insert_batch(
+        &self,
+        state: &mut WriteState,
+        new: &Arc<TreeInner>,
+        batch: &mut [KeyValue],
+    ) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if !self.log_has_room() {
+            self.checkpoint_locked(state, &[new])?;
+        }
+        self.write_locked(state, |writer| {
+            let op = writer.op(new);
+            for (key, value) in batch.iter() {
+                new.tree.insert_in(op, key, value)?;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// A checkpoint while holding the checkpoint lock and the write mutex.
+    fn checkpoint_locked(&self, state: &mut WriteState, more: &[&TreeInner]) -> Result<()> {
+        state.imaged.clear();
+        let target = self.wal.next_lsn();
+        self.checkpoint_to(target, more)
+    }
+
+    /// Steps 4 and 5: the catalog names `new` instead of the old tree, the
+    /// handles read `new`, the old file is deleted.
+    fn swap(
+        &self,
+        catalog: &mut Catalog,
+        slot: &TreeSlot,
+        new: Arc<TreeInner>,
+        stop: Option<CompactStep>,
+    ) -> Result<()> {
+        let old_id = slot.load().entry.id;
+        let mut next = catalog.clone();
+        for entry in &mut next.trees {
+            if entry.id == old_id {
+                *entry = new.entry.clone();
+            }
+        }
+        if let Err(e) = next.store(&self.dir) {
+            // The rename may or may not have reached the disk: which tree a
+            // reopen finds is unknown, so write to neither.
+            self.fail(&e);
+            return Err(e);
+        }
+        *catalog = next;
+        if stop == Some(CompactStep::CatalogSwapped) {
+            return Ok(());
+        }
+        let old = slot.replace(new);
+        old.cleaner.lock().take();
+        let path = self.dir.join(old.entry.file_name());
+        // Readers still on the old tree keep its file open; a failure here
+        // leaves an orphan that the next open deletes.
+        if let Err(e) = std::fs::remove_file(&path) {
+            tracing::warn!("compaction: cannot delete {}: {e}", path.display());
+        }
+        Ok(())
+    }
+
+    /// Undoes a compaction that failed before the catalog changed: deletes
+    /// the new file, and checkpoints so that its log records are never
+    /// replayed onto a later tree that reuses its id.
+    fn abandon(&self, state: &mut WriteState, new: Arc<TreeInner>) {
+        new.cleaner.lock().take();
+        let path = self.dir.join(new.entry.file_name());
+        drop(new);
+        if let Err(e) = std::fs::remove_file(&path) {
+            tracing::warn!("compaction: cannot delete {}: {e}", path.display());
+        }
+        if self.failure.lock().is_none()
+            && let Err(e) = self.checkpoint_locked(state, &[])
+        {
+            self.fail(&e);
+        }
+    }
+}
+
+/// Deletes every tree file of `dir` that `catalog` does not name: the new
+/// file of a compaction interrupted before its catalog swap, the old file
+/// of one interrupted after it, or a tree created but never cataloged.
+/// Returns how many it deleted.
+pub(super) fn remove_orphan_files(dir: &Path, catalog: &Catalog) -> Result<usize> {
+    let known: HashSet<String> = catalog.trees.iter().map(TreeEntry::file_name).collect();
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| directory_error(dir, format!("cannot list: {e}")))?;
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry.map_err(|e| directory_error(dir, format!("cannot list: {e}")))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("tree-") || !name.ends_with(".bdb") || known.contains(&name) {
+            continue;
+        }
+        std::fs::remove_file(entry.path())
+            .map_err(|e| directory_error(dir, format!("cannot delete {name}: {e}")))?;
+        tracing::info!("deleted {name}: not in the catalog (an interrupted compaction)");
+        removed += 1;
+    }
+    if removed > 0 {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| directory_error(dir, format!("cannot sync: {e}")))?;
+    }
+    Ok(removed)
+}

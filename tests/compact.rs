@@ -1,0 +1,240 @@
+//! `Db::compact`: the same entries in fewer pages and a smaller file, for
+//! compressed and uncompressed trees; handles and iterators that follow the
+//! swap; and a crash after each step reopening to the old or the new tree,
+//! complete.
+
+#![allow(clippy::unwrap_used, reason = "tests may unwrap")]
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use barracuda::{CompactStep, Compression, Db, Durability, TreeOptions, WriteBatch};
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+fn tempdir() -> tempfile::TempDir {
+    // Under target/: an ext4 filesystem where O_DIRECT works (not tmpfs).
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn options() -> barracuda::Options {
+    Db::options()
+        .buffer_pool_bytes(4 << 20)
+        .log_bytes(16 << 20)
+        .durability(Durability::NoSync)
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
+
+fn value(rng: &mut SmallRng, i: u64) -> Vec<u8> {
+    let len = rng.random_range(20..300);
+    format!("value {i} ").bytes().cycle().take(len).collect()
+}
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// `count` keys inserted in random order, then every other one deleted:
+/// leaves half empty and free pages in the file.
+fn fill_and_thin(tree: &barracuda::Tree, count: u64, seed: u64) -> Model {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut ids: Vec<u64> = (0..count).collect();
+    ids.shuffle(&mut rng);
+    let mut model = Model::new();
+    for i in ids {
+        let v = value(&mut rng, i);
+        tree.put(&key(i), &v).unwrap();
+        model.insert(key(i), v);
+    }
+    for i in (0..count).step_by(2) {
+        tree.delete(&key(i)).unwrap();
+        model.remove(&key(i));
+    }
+    model
+}
+
+fn assert_same(tree: &barracuda::Tree, model: &Model) {
+    let all: Vec<_> = tree.iter().map(Result::unwrap).collect();
+    let expected: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(all.len(), expected.len());
+    assert!(all == expected, "tree differs from the model");
+}
+
+fn tree_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("tree-"))
+        .collect();
+    names.sort();
+    names
+}
+
+fn compacts_and_shrinks(compression: Compression) {
+    let dir = tempdir();
+    let db = options().open(dir.path()).unwrap();
+    let tree = db
+        .create_tree("t", TreeOptions::default().compression(compression))
+        .unwrap();
+    let model = fill_and_thin(&tree, 20_000, 1);
+    db.checkpoint().unwrap();
+    let leaves_before = tree.stats().unwrap().leaf_pages;
+    let options_before = tree.options();
+    let stats = db.compact("t").unwrap();
+    assert_eq!(stats.entries, model.len() as u64);
+    assert!(
+        stats.pages_after * 2 < stats.pages_before,
+        "pages {stats:?}"
+    );
+    assert!(
+        stats.file_bytes_after < stats.file_bytes_before,
+        "{stats:?}"
+    );
+    let after = tree.stats().unwrap();
+    // Deleting half the keys merged some leaves already; the rest were
+    // about half full, the rewritten ones are nearly full.
+    assert!(
+        after.leaf_pages * 4 < leaves_before * 3,
+        "leaves {leaves_before} -> {after:?}"
+    );
+    assert!(after.leaf_fill > 0.9, "fill {}", after.leaf_fill);
+    eprintln!(
+        "{compression:?}: leaves {leaves_before} -> {}, fill -> {:.2}, {stats:?}",
+        after.leaf_pages, after.leaf_fill
+    );
+    assert_eq!(tree.file_bytes().unwrap(), stats.file_bytes_after);
+    assert_eq!(tree.options(), options_before);
+    tree.check().unwrap();
+    db.check().unwrap();
+    assert_same(&tree, &model);
+    assert_eq!(tree_files(dir.path()), ["tree-00002.bdb"]);
+    db.close().unwrap();
+
+    let db = options().open(dir.path()).unwrap();
+    db.check().unwrap();
+    let tree = db.open_tree("t").unwrap();
+    assert_same(&tree, &model);
+    tree.put(b"after", b"compaction").unwrap();
+    db.close().unwrap();
+}
+
+#[test]
+fn compact_zlib_tree_keeps_entries_in_fewer_pages() {
+    compacts_and_shrinks(Compression::Zlib { level: 6 });
+}
+
+#[test]
+fn compact_uncompressed_tree_keeps_entries_in_fewer_pages() {
+    compacts_and_shrinks(Compression::None);
+}
+
+#[test]
+fn compact_empty_tree() {
+    let dir = tempdir();
+    let db = options().open(dir.path()).unwrap();
+    let tree = db.tree("empty").unwrap();
+    let stats = db.compact("empty").unwrap();
+    assert_eq!(stats.entries, 0);
+    assert_eq!(tree.iter().count(), 0);
+    tree.check().unwrap();
+    tree.put(b"k", b"v").unwrap();
+    assert!(matches!(
+        db.compact("missing"),
+        Err(barracuda::Error::TreeNotFound { .. })
+    ));
+    db.close().unwrap();
+    let db = options().open(dir.path()).unwrap();
+    assert_eq!(
+        db.open_tree("empty").unwrap().get(b"k").unwrap().unwrap(),
+        b"v"
+    );
+    db.close().unwrap();
+}
+
+#[test]
+fn handles_and_iterators_follow_the_swap() {
+    let dir = tempdir();
+    let db = options().open(dir.path()).unwrap();
+    let tree = db.tree("t").unwrap();
+    let other = db.tree("other").unwrap();
+    other.put(b"o", b"1").unwrap();
+    let mut model = fill_and_thin(&tree, 3000, 2);
+    let clone = tree.clone();
+    let mut iter = tree.iter();
+    let head: Vec<_> = iter.by_ref().take(100).map(Result::unwrap).collect();
+    let all = db.compact_all().unwrap();
+    assert_eq!(all.len(), 2);
+    let rest: Vec<_> = iter.map(Result::unwrap).collect();
+    let seen: Vec<_> = head.into_iter().chain(rest).collect();
+    let expected: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert!(seen == expected, "an iterator across the swap differs");
+    clone.put(b"new", b"value").unwrap();
+    model.insert(b"new".to_vec(), b"value".to_vec());
+    let mut batch = WriteBatch::new();
+    batch.delete(&tree, &key(1));
+    batch.put(&other, b"o", b"2");
+    db.write(batch).unwrap();
+    model.remove(&key(1));
+    assert_same(&tree, &model);
+    assert_same(&clone, &model);
+    assert_eq!(other.get(b"o").unwrap().unwrap(), b"2");
+    db.check().unwrap();
+    db.close().unwrap();
+    let db = options().open(dir.path()).unwrap();
+    assert_same(&db.open_tree("t").unwrap(), &model);
+    db.close().unwrap();
+}
+
+/// A crash right after each step reopens to the old tree (before the
+/// catalog names the new one) or the new one, complete; the leftover file
+/// is deleted at open; a second compaction and later writes work (the
+/// aborted tree's id is reused without its log records being replayed).
+#[test]
+fn crash_after_each_compaction_step_reopens_old_or_new_tree() {
+    let steps = [
+        (CompactStep::Formatted, "tree-00001.bdb"),
+        (CompactStep::FirstBatch, "tree-00001.bdb"),
+        (CompactStep::Copied, "tree-00001.bdb"),
+        (CompactStep::Checkpointed, "tree-00001.bdb"),
+        (CompactStep::CatalogSwapped, "tree-00002.bdb"),
+    ];
+    for (step, file) in steps {
+        let dir = tempdir();
+        let db = options().open(dir.path()).unwrap();
+        let tree = db.tree("t").unwrap();
+        let mut model = fill_and_thin(&tree, 4000, 3);
+        db.compact_interrupted("t", step).unwrap();
+        db.halt();
+        drop(tree);
+
+        let db = options().open(dir.path()).unwrap();
+        db.check().unwrap();
+        assert_eq!(tree_files(dir.path()), [file], "after {step:?}");
+        let tree = db.open_tree("t").unwrap();
+        assert_same(&tree, &model);
+        tree.put(b"after", b"crash").unwrap();
+        model.insert(b"after".to_vec(), b"crash".to_vec());
+        // Crash again without a checkpoint: recovery must replay only the
+        // write above onto whichever tree has the reused id.
+        let reused = db.tree("second").unwrap();
+        reused.put(b"s", b"1").unwrap();
+        db.sync().unwrap();
+        db.halt();
+        drop((tree, reused));
+
+        let db = options().open(dir.path()).unwrap();
+        db.check().unwrap();
+        let tree = db.open_tree("t").unwrap();
+        assert_same(&tree, &model);
+        let second = db.open_tree("second").unwrap();
+        assert_eq!(second.iter().count(), 1, "after {step:?}");
+        db.compact("t").unwrap();
+        assert_same(&tree, &model);
+        db.close().unwrap();
+        let db = options().open(dir.path()).unwrap();
+        db.check().unwrap();
+        assert_same(&db.open_tree("t").unwrap(), &model);
+        db.close().unwrap();
+    }
+}
