@@ -45,6 +45,7 @@
 //!
 //! A logged page id is `tree_id << 48 | page_id`.
 
+use arc_swap::ArcSwap;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -148,31 +149,36 @@ impl TreeInner {
 /// unlinked but stays open until the last reader drops it).
 pub(crate) struct TreeSlot {
     pub(crate) name: String,
-    current: RwLock<Arc<TreeInner>>,
+    /// Swapped by a compaction. An `ArcSwap` and not a lock: every point
+    /// read loads it, and a lock's shared count would be one more cache line
+    /// that all reading threads write.
+    current: ArcSwap<TreeInner>,
 }
 
 impl TreeSlot {
     fn new(inner: Arc<TreeInner>) -> Arc<TreeSlot> {
         Arc::new(TreeSlot {
             name: inner.entry.name.clone(),
-            current: RwLock::new(inner),
+            current: ArcSwap::new(inner),
         })
     }
 
     /// The current incarnation, to hold across calls that may block on the
     /// write mutex or run user code (a scan's visitor).
     pub(crate) fn load(&self) -> Arc<TreeInner> {
-        Arc::clone(&self.current.read())
+        self.current.load_full()
     }
 
     /// The current incarnation for one short call that takes no write
-    /// mutex (a point read): cheaper than [`TreeSlot::load`].
-    pub(crate) fn read(&self) -> parking_lot::RwLockReadGuard<'_, Arc<TreeInner>> {
-        self.current.read()
+    /// mutex (a point read): cheaper than [`TreeSlot::load`] (no reference
+    /// count is touched). A reader still holding the old incarnation after
+    /// a swap finishes on it; it is dropped after that reader lets go.
+    pub(crate) fn read(&self) -> arc_swap::Guard<Arc<TreeInner>> {
+        self.current.load()
     }
 
     fn replace(&self, inner: Arc<TreeInner>) -> Arc<TreeInner> {
-        std::mem::replace(&mut *self.current.write(), inner)
+        self.current.swap(inner)
     }
 }
 
