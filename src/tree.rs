@@ -375,14 +375,12 @@ impl Range {
         self.tree.db.check_open()?;
         let inner = self.tree.inner();
         let (chunk, buf) = (self.chunk, &mut self.back_buf);
-        inner.tree.scan_rev(
-            borrowed(&self.front),
-            borrowed(&self.back),
-            |key, value| {
+        inner
+            .tree
+            .scan_rev(borrowed(&self.front), borrowed(&self.back), |key, value| {
                 buf.push_back((key.to_vec(), value.to_vec()));
                 buf.len() < chunk
-            },
-        )?;
+            })?;
         self.chunk = (self.chunk * 2).min(RANGE_CHUNK_ENTRIES_MAX);
         match self.back_buf.back() {
             Some((key, _)) => self.back = Bound::Excluded(key.clone()),
