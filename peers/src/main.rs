@@ -119,6 +119,12 @@ struct Args {
     /// it: 8 MiB instead of the default 128 MiB keeps both small.
     #[arg(long, default_value_t = 8)]
     barracuda_log_mib: u64,
+    /// Workload 2: after the load, run each engine's compaction where it
+    /// has one (Barracuda `Db::compact`, redb `compact`, fjall
+    /// `major_compact`, RocksDB `compact_range`; LMDB and sled have none),
+    /// report its time and the size after it, and read the compacted data.
+    #[arg(long)]
+    w2_compact: bool,
     /// Workload 1: Barracuda's trees as its defaults (zlib, 16 KiB pages in
     /// 8 KiB blocks) instead of uncompressed pages.
     #[arg(long)]
@@ -427,6 +433,7 @@ fn spawn_child(
         .arg("--barracuda-io")
         .arg(format!("{:?}", args.barracuda_io).to_lowercase())
         .args(args.barracuda_zlib.then_some("--barracuda-zlib"))
+        .args(args.w2_compact.then_some("--w2-compact"))
         .arg("--dir")
         .arg(&args.dir);
     if let Some(phase) = phase {
@@ -505,7 +512,9 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
         let pair_bytes = workloads::KEY_BYTES + workloads::LARGE_VALUE_BYTES;
         let pairs = 4 * (args.budget_mib << 20) / pair_bytes;
         match phase {
-            Phase::Load => workloads::workload2_load(engine, &setup, pairs, &mut log)?,
+            Phase::Load => {
+                workloads::workload2_load(engine, &setup, (pairs, args.w2_compact), &mut log)?
+            }
             Phase::Reads => {
                 drop_cache(engine, &dir)?;
                 let rows =

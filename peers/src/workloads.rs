@@ -314,16 +314,18 @@ fn w2_keys(pairs: usize) -> Vec<[u8; KEY_BYTES]> {
 }
 
 /// Workload 2's load: `pairs` compressible pairs in durable commits of
-/// [`W2_LOAD_COMMIT_PAIRS`], then the engine is closed. Rows: load time,
-/// size on disk.
+/// [`W2_LOAD_COMMIT_PAIRS`], then, with `compact`, the engine's compaction
+/// where it has one, then the engine is closed. Rows: load time, size on
+/// disk after the load, and with `compact` the compaction's time and the
+/// size after it (N/A for engines without one: their size is unchanged).
 pub fn workload2_load(
     name: &str,
     setup: &Setup,
-    pairs: usize,
+    (pairs, compact): (usize, bool),
     log: &mut dyn FnMut(&str),
 ) -> Result<Vec<Measurement>> {
     let keys = w2_keys(pairs);
-    let engine = engines::open(name, setup)?;
+    let mut engine = engines::open(name, setup)?;
     let start = Instant::now();
     let mut values = make_rng();
     for chunk in keys.chunks(W2_LOAD_COMMIT_PAIRS) {
@@ -332,18 +334,42 @@ pub fn workload2_load(
             .map(|key| Op::Put(key.to_vec(), compressible_value(&mut values)));
         engine.commit(&mut ops, true)?;
     }
-    let load = Measurement::millis("load", start.elapsed());
+    let mut rows = vec![Measurement::millis("load", start.elapsed())];
     if let Some(counters) = engine.counters() {
         log(&format!("{name} counters after load: {counters}"));
     }
-    engine.close()?;
     log(&format!(
         "{name}: loaded {pairs} in {:.1} s",
-        load.value.unwrap_or(0.0) / 1e3
+        rows[0].value.unwrap_or(0.0) / 1e3
     ));
+    if compact {
+        let loaded = engines::directory_bytes(&setup.dir);
+        log(&format!("{name} files after the load: {}", file_sizes(&setup.dir)));
+        let start = Instant::now();
+        let compacted = engine.compact()?;
+        let took = start.elapsed();
+        engine.close()?;
+        rows.push(Measurement::bytes("size on disk", Some(loaded)));
+        if compacted {
+            log(&format!("{name}: compacted in {took:?}"));
+            rows.push(Measurement::millis("compaction", took));
+            rows.push(Measurement::bytes(
+                "size after compaction",
+                Some(engines::directory_bytes(&setup.dir)),
+            ));
+        } else {
+            rows.push(Measurement::missing("compaction", "ms"));
+            rows.push(Measurement::bytes("size after compaction", None));
+        }
+    } else {
+        engine.close()?;
+        rows.push(Measurement::bytes(
+            "size on disk",
+            Some(engines::directory_bytes(&setup.dir)),
+        ));
+    }
     log(&format!("{name} files: {}", file_sizes(&setup.dir)));
-    let size = Measurement::bytes("size on disk", Some(engines::directory_bytes(&setup.dir)));
-    Ok(vec![load, size])
+    Ok(rows)
 }
 
 /// Workload 2's reads, on the data [`workload2_load`] left (cold: the
