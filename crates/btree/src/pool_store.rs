@@ -43,7 +43,7 @@
 use crate::error::{Error, Result};
 use crate::store::{Fit, OpContext, PagePatches, PageStore, PageWrite, Patch};
 use barracuda_codec::{Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
-use barracuda_pool::{BufferPool, CommitOutcome, DurableLsn, ExclusiveGuard, SharedGuard};
+use barracuda_pool::{Access, BufferPool, CommitOutcome, DurableLsn, ExclusiveGuard, SharedGuard};
 use parking_lot::Mutex;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -522,6 +522,12 @@ impl PageStore for PoolStore {
 
     fn fix_shared(&self, page_id: PageId) -> Result<SharedGuard<'_>> {
         self.pool.fix_shared(page_id).map_err(pool_error)
+    }
+
+    fn fix_shared_point(&self, page_id: PageId) -> Result<SharedGuard<'_>> {
+        self.pool
+            .fix_shared_as(page_id, Access::Point)
+            .map_err(pool_error)
     }
 
     fn fix_exclusive(&self, page_id: PageId) -> Result<PoolExclusive<'_>> {

@@ -219,6 +219,14 @@ pub trait PageStore: Send + Sync {
     /// Fixes a page in shared mode, blocking until the latch is granted.
     fn fix_shared(&self, page_id: PageId) -> Result<Self::Shared<'_>>;
 
+    /// [`PageStore::fix_shared`] for one page of a point read (`get`),
+    /// which touches each page once: a cache may treat the access as a new
+    /// reference (the pool makes an old page young at once; see
+    /// `barracuda_pool::Access`). The default is `fix_shared`.
+    fn fix_shared_point(&self, page_id: PageId) -> Result<Self::Shared<'_>> {
+        self.fix_shared(page_id)
+    }
+
     /// Fixes a page in exclusive mode, blocking until the latch is granted.
     fn fix_exclusive(&self, page_id: PageId) -> Result<Self::Exclusive<'_>>;
 

@@ -428,6 +428,21 @@ impl<S: PageStore> Tree<S> {
         }
     }
 
+    /// [`Tree::leaf_shared`] for a point read: every page is fixed with
+    /// [`PageStore::fix_shared_point`].
+    fn leaf_shared_point(&self, key: &[u8]) -> Result<S::Shared<'_>> {
+        let mut g = self.store.fix_shared_point(self.root)?;
+        let mut id = self.root;
+        loop {
+            expect_node(&g, id)?;
+            if page::is_leaf(&g) {
+                return Ok(g);
+            }
+            id = page::child_for(&g, key).1;
+            g = self.store.fix_shared_point(id)?;
+        }
+    }
+
     /// Like [`Tree::leaf_shared`], and also the ids of up to `max` leaves
     /// after it under the same parent (empty when the root is the leaf).
     pub(crate) fn leaf_shared_following(
@@ -557,7 +572,7 @@ impl<S: PageStore> Tree<S> {
     /// The value stored under `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         check_key(key)?;
-        let (leaf, _) = self.leaf_shared(key)?;
+        let leaf = self.leaf_shared_point(key)?;
         let pr = page::probe(&leaf, key);
         if pr.found == 0 {
             return Ok(None);

@@ -10,7 +10,7 @@ use barracuda_codec::{Lsn, PageId};
 use crate::arena::NIL;
 use crate::backend::{AppendOutcome, CompressOutcome};
 use crate::error::{PoolError, Result};
-use crate::pool::BufferPool;
+use crate::pool::{Access, BufferPool};
 
 /// The LSN of a page committed with
 /// [`ExclusiveGuard::commit_pending_lsn`] until the log assigns its real one.
@@ -323,13 +323,19 @@ impl BufferPool {
     /// Fixes a page for reading: pins it, latches it shared, and makes sure
     /// its frame holds the page (reading or decompressing as needed).
     pub fn fix_shared(&self, page_id: PageId) -> Result<SharedGuard<'_>> {
-        let desc = self.fix(page_id, false)?;
+        self.fix_shared_as(page_id, Access::Scan)
+    }
+
+    /// Fixes a page for reading, telling the LRU what kind of access this is
+    /// ([`Access`]: a point read's re-reference makes an old page young).
+    pub fn fix_shared_as(&self, page_id: PageId, access: Access) -> Result<SharedGuard<'_>> {
+        let desc = self.fix(page_id, false, access)?;
         Ok(SharedGuard::new(self, desc, page_id))
     }
 
     /// Fixes a page for writing.
     pub fn fix_exclusive(&self, page_id: PageId) -> Result<ExclusiveGuard<'_>> {
-        let desc = self.fix(page_id, true)?;
+        let desc = self.fix(page_id, true, Access::Scan)?;
         Ok(ExclusiveGuard::new(self, desc, page_id, false))
     }
 

@@ -82,6 +82,6 @@ pub use policy::{
     FRAMES_ONLY_QUIET_MS, IO_TO_UNZIP_FACTOR, IntervalCounts, PolicyStatus, STAT_INTERVAL_COUNT,
     UNZIP_LRU_FLOOR_DIVISOR,
 };
-pub use pool::{BufferPool, ManualClock, Services};
+pub use pool::{Access, BufferPool, ManualClock, Services};
 pub use readahead::{READ_AHEAD_IN_FLIGHT_DIVISOR, READ_AHEAD_WAIT_STRIPES};
 pub use status::{CodecCounters, LruEntry, PoolStatus};

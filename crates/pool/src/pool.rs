@@ -58,6 +58,26 @@ pub struct Services {
     pub clock: Option<ManualClock>,
 }
 
+/// What kind of access a fix is, for the LRU's young/old rule.
+///
+/// InnoDB's `innodb_old_blocks_time` keeps a page read into the old
+/// sublist there until it has been cached for that long, so that a scan,
+/// which touches each page many times in a burst, cannot flush the hot
+/// pages out. It cannot tell a scan from a point read, so under point reads
+/// of a skewed key set a hot page re-read within the window is not made
+/// young and can be evicted from the old tail. The tree can tell: a point
+/// read (`get`) touches each page once, so touching a page again is a new
+/// reference, and it is made young at once. Scans and writes keep the
+/// window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Access {
+    /// A scan, a write or anything else: InnoDB's rule.
+    #[default]
+    Scan,
+    /// One page of one point read.
+    Point,
+}
+
 /// A clock moved by hand, so tests can cross `old_blocks_time_ms` and the
 /// one-second statistics intervals without sleeping.
 #[derive(Clone, Debug, Default)]
@@ -231,7 +251,7 @@ impl BufferPool {
 
     /// Fixes a page: on return it is pinned and latched (shared or
     /// exclusive) and its frame holds the page.
-    pub(crate) fn fix(&self, page_id: PageId, exclusive: bool) -> Result<u32> {
+    pub(crate) fn fix(&self, page_id: PageId, exclusive: bool, access: Access) -> Result<u32> {
         self.counters.page_gets.fetch_add(1, Ordering::Relaxed);
         loop {
             let pinned = self.table.with_entry(page_id, |d| {
@@ -242,7 +262,7 @@ impl BufferPool {
                 if self.descs[d as usize].state() == State::ReadAhead {
                     self.wait_read_ahead(d);
                 }
-                match self.latch_pinned(d, page_id, exclusive)? {
+                match self.latch_pinned(d, page_id, exclusive, access)? {
                     Some(d) => return Ok(d),
                     None => continue,
                 }
@@ -255,7 +275,13 @@ impl BufferPool {
 
     /// Latches a pinned page and makes sure it has a frame. `None` when a
     /// read-ahead of the page failed: the caller looks it up again.
-    fn latch_pinned(&self, d: u32, page_id: PageId, exclusive: bool) -> Result<Option<u32>> {
+    fn latch_pinned(
+        &self,
+        d: u32,
+        page_id: PageId,
+        exclusive: bool,
+        access: Access,
+    ) -> Result<Option<u32>> {
         let desc = &self.descs[d as usize];
         desc.lock(exclusive);
         match desc.state() {
@@ -305,12 +331,14 @@ impl BufferPool {
                 panic!("{page_id}: descriptor {d} in state {state:?} after latching")
             }
         }
-        self.touch(d);
+        self.touch(d, access);
         Ok(Some(d))
     }
 
-    /// Records an access; makes the page young when InnoDB would.
-    fn touch(&self, d: u32) {
+    /// Records an access; makes the page young when InnoDB would, except
+    /// that a point read ([`Access::Point`]) of an old page makes it young
+    /// without waiting out `old_blocks_time_ms` (see [`Access`]).
+    fn touch(&self, d: u32, access: Access) {
         let desc = &self.descs[d as usize];
         let now_ms = self.now_ms();
         let first_ms = desc.first_access_ms.load(Ordering::Relaxed);
@@ -327,7 +355,8 @@ impl BufferPool {
             return;
         }
         let too_old = if self.old_flags.get(d) {
-            now_ms.saturating_sub(first_ms) >= self.config.old_blocks_time_ms
+            access == Access::Point
+                || now_ms.saturating_sub(first_ms) >= self.config.old_blocks_time_ms
         } else {
             // Young pages move only once they drifted a quarter of the young
             // sublist from the head (InnoDB's `buf_page_peek_if_young`).

@@ -12,8 +12,8 @@ use std::time::Duration;
 use barracuda_codec::{BlockSize, Codec, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
 use barracuda_pool::testing::{MemoryFile, SimpleCodec};
 use barracuda_pool::{
-    BufferPool, CodecService, CommitOutcome, EvictionPolicy, FileService, ManualClock, PageFile,
-    PageFormat, PoolConfig, Result, Services,
+    Access, BufferPool, CodecService, CommitOutcome, EvictionPolicy, FileService, ManualClock,
+    PageFile, PageFormat, PoolConfig, Result, Services,
 };
 
 fn simple_pool(
@@ -434,4 +434,46 @@ fn pages_kept_as_frames_alone_give_way_once_the_working_set_outgrows_the_frames(
         "more pages cached than frames fit: {}",
         status.lru_len
     );
+}
+
+/// Re-reads of a hot set within `old_blocks_time`, then 120 other pages read
+/// once each: as point reads the re-reads make the hot pages young and they
+/// stay cached; as scan accesses (InnoDB's rule) they stay old and the
+/// 120 pages push them out.
+#[test]
+fn point_reads_make_a_reread_page_young_within_old_blocks_time() {
+    let hot_cached_after = |access: Access| {
+        let clock = ManualClock::new();
+        let pool = simple_pool(
+            PageFormat::Uncompressed,
+            32,
+            Arc::new(MemoryFile::default()),
+            Arc::new(AtomicU64::new(u64::MAX)),
+            Some(clock.clone()),
+        );
+        for page in 0..128 {
+            pool.create(PageId(page))
+                .unwrap()
+                .commit(Lsn(page))
+                .unwrap();
+            pool.flush_some(usize::MAX).unwrap();
+        }
+        let hot: Vec<u64> = (0..8).collect();
+        for _ in 0..3 {
+            for &page in &hot {
+                drop(pool.fix_shared_as(PageId(page), access).unwrap());
+            }
+            clock.advance_ms(10);
+        }
+        for page in 8..128 {
+            drop(pool.fix_shared_as(PageId(page), access).unwrap());
+            pool.check_invariants();
+        }
+        let snapshot = pool.lru_snapshot();
+        hot.iter()
+            .filter(|&&p| snapshot.iter().any(|e| e.page_id == PageId(p)))
+            .count()
+    };
+    assert_eq!(hot_cached_after(Access::Point), 8);
+    assert_eq!(hot_cached_after(Access::Scan), 0);
 }
