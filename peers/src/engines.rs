@@ -59,6 +59,10 @@ pub struct Setup {
     pub barracuda_log_bytes: u64,
     /// Barracuda only: its I/O backend (`Options::io_backend`).
     pub barracuda_io: barracuda::io::Backend,
+    /// Barracuda only: the largest page image its log holds for this tree
+    /// (the block size, or the page size when uncompressed), which bounds
+    /// how many operations a batch may have ([`barracuda_batch_ops`]).
+    pub barracuda_image_bytes: usize,
     /// LMDB only: `MDB_NORDAHEAD`, its documented setting for random reads
     /// of a database larger than memory (workload 2). With the kernel's
     /// 128 KiB read-ahead on every fault of its map, LMDB read 166 GB from
@@ -113,16 +117,15 @@ const BARRACUDA_BATCH_OPS: usize = 300;
 /// A batch's pages stay pinned until it is logged: at most half the pool,
 /// counted as three pages per operation (a 16 KiB frame and an 8 KiB block
 /// each) plus 8 for the upper levels; and its log group may be at most a
-/// quarter of the log ring, counted as three 8 KiB images and the entry
-/// twice per operation (`WriteBatch`'s docs). Small pools and small log
-/// rings need smaller batches than [`BARRACUDA_BATCH_OPS`].
-fn barracuda_batch_ops(cache_bytes: usize, log_bytes: u64) -> usize {
+/// quarter of the log ring, counted as three images of `image_bytes` and
+/// the entry twice per operation (`WriteBatch`'s docs). Small pools and
+/// small log rings need smaller batches than [`BARRACUDA_BATCH_OPS`].
+fn barracuda_batch_ops(cache_bytes: usize, log_bytes: u64, image_bytes: usize) -> usize {
     const PAGE_BYTES: usize = (16 << 10) + (8 << 10);
-    const IMAGE_BYTES: usize = 8 << 10;
-    const OP_LOG_BYTES: usize = 3 * IMAGE_BYTES + 2 * 1024 + 256;
+    let op_log_bytes = 3 * image_bytes + 2 * 1024 + 256;
     let by_pool = (cache_bytes / 2 / PAGE_BYTES).saturating_sub(8) / 3;
     let group_bytes_max = (log_bytes as usize / 4).min(16 << 20);
-    let by_log = group_bytes_max.saturating_sub(8 * IMAGE_BYTES) / OP_LOG_BYTES;
+    let by_log = group_bytes_max.saturating_sub(8 * image_bytes) / op_log_bytes;
     by_pool.min(by_log).clamp(1, BARRACUDA_BATCH_OPS)
 }
 
@@ -146,7 +149,11 @@ impl BarracudaEngine {
         Ok(Self {
             db: Some(db),
             tree,
-            batch_ops: barracuda_batch_ops(setup.cache_bytes, setup.barracuda_log_bytes),
+            batch_ops: barracuda_batch_ops(
+                setup.cache_bytes,
+                setup.barracuda_log_bytes,
+                setup.barracuda_image_bytes,
+            ),
         })
     }
 

@@ -24,8 +24,6 @@ use workloads::Measurement;
 /// redb's harness uses 5,000,000 pairs; the default here is 1,000,000.
 const DEFAULT_PAIRS: f64 = 1_000_000.0;
 
-/// Barracuda's log ring in workload 1: its default.
-const W1_BARRACUDA_LOG_BYTES: u64 = /* 128 MiB */ 128 << 20;
 
 /// Barracuda's page compression in workload 2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -128,6 +126,10 @@ struct Args {
     /// report its time and the size after it, and read the compacted data.
     #[arg(long)]
     w2_compact: bool,
+    /// Workload 1: Barracuda's log ring (`Options::log_bytes`), MiB; 128 is
+    /// its default. The ring is preallocated, so it counts in the sizes.
+    #[arg(long, default_value_t = 128)]
+    barracuda_w1_log_mib: u64,
     /// Workload 1: Barracuda's trees as its defaults (zlib, 16 KiB pages in
     /// 8 KiB blocks) instead of uncompressed pages.
     #[arg(long)]
@@ -426,6 +428,10 @@ fn spawn_child(
         .args(["--budget-mib", &args.budget_mib.to_string()])
         .args(["--reads", &args.reads.to_string()])
         .args(["--barracuda-log-mib", &args.barracuda_log_mib.to_string()])
+        .args([
+            "--barracuda-w1-log-mib",
+            &args.barracuda_w1_log_mib.to_string(),
+        ])
         .arg("--barracuda-codec")
         .arg(format!("{:?}", args.barracuda_codec).to_lowercase())
         .args(
@@ -476,8 +482,9 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             cache_bytes: args.cache_mib << 20,
             dir: dir.clone(),
             barracuda_tree: tree,
-            barracuda_log_bytes: W1_BARRACUDA_LOG_BYTES,
+            barracuda_log_bytes: args.barracuda_w1_log_mib << 20,
             barracuda_io: barracuda::io::Backend::Auto,
+            barracuda_image_bytes: if args.barracuda_zlib { 8 << 10 } else { 16 << 10 },
             lmdb_no_read_ahead: false,
         };
         let pairs = (DEFAULT_PAIRS * args.scale) as usize;
@@ -510,6 +517,7 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
                 W2Io::Auto => barracuda::io::Backend::Auto,
                 W2Io::Pread => barracuda::io::Backend::Pread,
             },
+            barracuda_image_bytes: (args.barracuda_page_kib << 10) / 2,
             lmdb_no_read_ahead: true,
         };
         let pair_bytes = workloads::KEY_BYTES + workloads::LARGE_VALUE_BYTES;
