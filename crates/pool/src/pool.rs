@@ -252,7 +252,7 @@ impl BufferPool {
     /// Fixes a page: on return it is pinned and latched (shared or
     /// exclusive) and its frame holds the page.
     pub(crate) fn fix(&self, page_id: PageId, exclusive: bool, access: Access) -> Result<u32> {
-        self.counters.page_gets.fetch_add(1, Ordering::Relaxed);
+        self.counters.page_gets.add(1);
         loop {
             let pinned = self.table.with_entry(page_id, |d| {
                 self.descs[d as usize].pin();
@@ -340,11 +340,10 @@ impl BufferPool {
     /// without waiting out `old_blocks_time_ms` (see [`Access`]).
     fn touch(&self, d: u32, access: Access) {
         let desc = &self.descs[d as usize];
-        let now_ms = self.now_ms();
         let first_ms = desc.first_access_ms.load(Ordering::Relaxed);
         if first_ms == 0 {
             // The first access of a page read ahead (or racing with one).
-            desc.first_access_ms.store(now_ms, Ordering::Relaxed);
+            desc.first_access_ms.store(self.now_ms(), Ordering::Relaxed);
             desc.prefetched.store(false, Ordering::Relaxed);
             return;
         }
@@ -354,9 +353,11 @@ impl BufferPool {
             // reorder the LRU then.
             return;
         }
+        // The clock is read only for an old page a scan touches: a hit on a
+        // young page (most hits) costs no clock call.
         let too_old = if self.old_flags.get(d) {
             access == Access::Point
-                || now_ms.saturating_sub(first_ms) >= self.config.old_blocks_time_ms
+                || self.now_ms().saturating_sub(first_ms) >= self.config.old_blocks_time_ms
         } else {
             // Young pages move only once they drifted a quarter of the young
             // sublist from the head (InnoDB's `buf_page_peek_if_young`).
