@@ -308,7 +308,20 @@ fn cmp_rec(p: &[u8], off: usize, key: &[u8]) -> Ordering {
     if !is_leaf(p) && off == first_record(p) {
         return Ordering::Less;
     }
-    rec_key(p, off).cmp(key)
+    cmp_keys(rec_key(p, off), key)
+}
+
+/// Lexicographic order of two keys. Most keys that differ do so in their
+/// first eight bytes, and those compare as one big-endian word (the same
+/// order) without a call to `memcmp`.
+fn cmp_keys(a: &[u8], b: &[u8]) -> Ordering {
+    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    a.cmp(b)
 }
 
 /// Where a key is (or would go) in a page.
@@ -823,4 +836,20 @@ pub fn write_overflow<G: PageWrite>(g: &mut G, payload: &[u8], next: Option<Page
 pub fn overflow_payload(p: &[u8]) -> &[u8] {
     let end = heap_top(p).clamp(PAGE_HEADER_BYTES, p.len());
     &p[PAGE_HEADER_BYTES..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cmp_keys;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn cmp_keys_is_lexicographic(
+            a in proptest::collection::vec(0u8..3, 0..20),
+            b in proptest::collection::vec(0u8..3, 0..20),
+        ) {
+            prop_assert_eq!(cmp_keys(&a, &b), a.cmp(&b));
+        }
+    }
 }

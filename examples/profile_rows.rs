@@ -1,0 +1,99 @@
+//! One phase of `peers` workload 1 on its own, for `perf record`: a load of
+//! N random pairs (24-byte keys, 150-byte values, uncompressed pages,
+//! batches of 300 as the peers adapter writes them), then one of
+//!
+//! - `get`: 1,000,000 gets of loaded keys;
+//! - `range`: 10,000 ranges of 10 entries through `Tree::range`;
+//! - `scan`: the same ranges through the visitor `Tree::scan`;
+//! - `remove`: deletes of half the keys in batches of 300.
+//!
+//! ```sh
+//! cargo build --release --example profile_rows
+//! perf record -g target/release/examples/profile_rows get 100000 /mnt/ext4/dir
+//! ```
+//!
+//! Prints the time of the load and of the phase, and the log's counters.
+
+use std::time::Instant;
+
+use barracuda::{Compression, Db, Durability, TreeOptions, WriteBatch};
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+
+const BATCH_OPS: usize = 300;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let phase = args.next().unwrap_or_else(|| "get".into());
+    let pairs: usize = args.next().map_or(Ok(100_000), |n| n.parse())?;
+    let dir = args.next().unwrap_or_else(|| "target/profile-rows".into());
+    let _ = std::fs::remove_dir_all(&dir);
+    let db = Db::options()
+        .default_tree_options(TreeOptions::default().compression(Compression::None))
+        .buffer_pool_bytes(1 << 30)
+        .durability(Durability::Sync)
+        .open(&dir)?;
+    let tree = db.tree("bench")?;
+    let mut rng = SmallRng::seed_from_u64(3);
+    let keys: Vec<[u8; 24]> = (0..pairs)
+        .map(|_| {
+            let mut key = [0; 24];
+            rng.fill_bytes(&mut key);
+            key
+        })
+        .collect();
+
+    let started = Instant::now();
+    for chunk in keys.chunks(BATCH_OPS) {
+        let mut batch = WriteBatch::new();
+        for key in chunk {
+            let mut value = [0; 150];
+            rng.fill_bytes(&mut value);
+            batch.put(&tree, key, &value);
+        }
+        db.write_with(batch, Durability::NoSync)?;
+    }
+    db.sync()?;
+    eprintln!("load of {pairs}: {:?}", started.elapsed());
+
+    let started = Instant::now();
+    let mut sum = 0u64;
+    match phase.as_str() {
+        "get" => {
+            for key in keys.iter().cycle().take(1_000_000) {
+                sum += tree.get(key)?.map_or(0, |v| u64::from(v[0]));
+            }
+        }
+        "range" => {
+            for key in keys.iter().take(10_000) {
+                for entry in tree.range(key.as_slice()..).take(10) {
+                    sum += u64::from(entry?.1[0]);
+                }
+            }
+        }
+        "scan" => {
+            for key in keys.iter().take(10_000) {
+                let mut seen = 0;
+                tree.scan(key.as_slice().., |_key, value| {
+                    sum += u64::from(value[0]);
+                    seen += 1;
+                    seen < 10
+                })?;
+            }
+        }
+        "remove" => {
+            for chunk in keys[..pairs / 2].chunks(BATCH_OPS) {
+                let mut batch = WriteBatch::new();
+                for key in chunk {
+                    batch.delete(&tree, key);
+                }
+                db.write_with(batch, Durability::NoSync)?;
+            }
+        }
+        other => return Err(format!("unknown phase {other:?}: get, range, scan or remove").into()),
+    }
+    eprintln!("{phase}: {:?} (checksum {sum})", started.elapsed());
+    eprintln!("{:?}", db.log_stats());
+    db.close()?;
+    Ok(())
+}
