@@ -696,6 +696,28 @@ impl DbInner {
         Ok(inner)
     }
 
+    /// Opens the pool of a tree about to be created (`entry` is not in the
+    /// catalog yet): its file must be new and empty.
+    pub(crate) fn open_new_pool(
+        &self,
+        entry: &TreeEntry,
+    ) -> Result<(Arc<BufferPool>, Arc<dyn BlockFile>)> {
+        let (pool, file) = open_pool(
+            &self.dir,
+            entry,
+            &self.options,
+            &self.io_options,
+            &self.durable,
+        )?;
+        if file.len()? != 0 {
+            return Err(directory_error(
+                &self.dir,
+                format!("{} exists but is not in the catalog", entry.file_name()),
+            ));
+        }
+        Ok((pool, file))
+    }
+
     /// Upgrades a tree whose meta page keeps no entry count (a file written
     /// before counts were kept): counts its leaves once, after recovery and
     /// before any write, and logs the count as one group.
@@ -742,19 +764,7 @@ impl DbInner {
             split_policy: options.split_policy,
         };
         // Validate the format before anything is written.
-        let (pool, file) = open_pool(
-            &self.dir,
-            &entry,
-            &self.options,
-            &self.io_options,
-            &self.durable,
-        )?;
-        if file.len()? != 0 {
-            return Err(directory_error(
-                &self.dir,
-                format!("{} exists but is not in the catalog", entry.file_name()),
-            ));
-        }
+        let (pool, file) = self.open_new_pool(&entry)?;
         let mut next = catalog.clone();
         next.trees.push(entry.clone());
         next.store(&self.dir)?;

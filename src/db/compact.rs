@@ -26,7 +26,7 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{DbInner, TreeInner, TreeSlot, WriteState, open_pool};
+use super::{DbInner, TreeInner, TreeSlot, WriteState};
 use crate::catalog::{Catalog, TreeEntry, directory_error};
 use crate::error::{Error, Result};
 use crate::tree::{
@@ -101,19 +101,7 @@ impl DbInner {
             id: catalog.next_id()?,
             ..old.entry.clone()
         };
-        let (pool, file) = open_pool(
-            &self.dir,
-            &entry,
-            &self.options,
-            &self.io_options,
-            &self.durable,
-        )?;
-        if file.len()? != 0 {
-            return Err(directory_error(
-                &self.dir,
-                format!("{} exists but is not in the catalog", entry.file_name()),
-            ));
-        }
+        let (pool, file) = self.open_new_pool(&entry)?;
         if !self.log_has_room() {
             self.checkpoint_locked(&mut state, &[])?;
         }

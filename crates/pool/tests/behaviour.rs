@@ -214,22 +214,7 @@ fn threads_missing_the_same_page_cause_one_read() {
 /// to be accessed again (and made young) before they reach the tail; new
 /// pages enter the old sublist, so a scan of 120 pages only cycles through it.
 fn one_scan_does_not_flush_the_hot_set() {
-    let clock = ManualClock::new();
-    let file = Arc::new(MemoryFile::default());
-    let pool = simple_pool(
-        PageFormat::Uncompressed,
-        32,
-        file,
-        Arc::new(AtomicU64::new(u64::MAX)),
-        Some(clock.clone()),
-    );
-    for page in 0..128 {
-        pool.create(PageId(page))
-            .unwrap()
-            .commit(Lsn(page))
-            .unwrap();
-        pool.flush_some(usize::MAX).unwrap();
-    }
+    let (pool, clock) = clean_pages_over_32_frames();
     let hot: Vec<u64> = (0..8).collect();
     // Warm up: touch the hot set twice, more than old_blocks_time apart.
     for _ in 0..3 {
@@ -443,21 +428,7 @@ fn pages_kept_as_frames_alone_give_way_once_the_working_set_outgrows_the_frames(
 #[test]
 fn point_reads_make_a_reread_page_young_within_old_blocks_time() {
     let hot_cached_after = |access: Access| {
-        let clock = ManualClock::new();
-        let pool = simple_pool(
-            PageFormat::Uncompressed,
-            32,
-            Arc::new(MemoryFile::default()),
-            Arc::new(AtomicU64::new(u64::MAX)),
-            Some(clock.clone()),
-        );
-        for page in 0..128 {
-            pool.create(PageId(page))
-                .unwrap()
-                .commit(Lsn(page))
-                .unwrap();
-            pool.flush_some(usize::MAX).unwrap();
-        }
+        let (pool, clock) = clean_pages_over_32_frames();
         let hot: Vec<u64> = (0..8).collect();
         for _ in 0..3 {
             for &page in &hot {
@@ -476,4 +447,26 @@ fn point_reads_make_a_reread_page_young_within_old_blocks_time() {
     };
     assert_eq!(hot_cached_after(Access::Point), 8);
     assert_eq!(hot_cached_after(Access::Scan), 0);
+}
+
+/// An uncompressed pool of 32 frames, on a hand-moved clock, after 128
+/// pages were created and written (so pages have been evicted and the LRU
+/// is past its warm-up).
+fn clean_pages_over_32_frames() -> (BufferPool, ManualClock) {
+    let clock = ManualClock::new();
+    let pool = simple_pool(
+        PageFormat::Uncompressed,
+        32,
+        Arc::new(MemoryFile::default()),
+        Arc::new(AtomicU64::new(u64::MAX)),
+        Some(clock.clone()),
+    );
+    for page in 0..128 {
+        pool.create(PageId(page))
+            .unwrap()
+            .commit(Lsn(page))
+            .unwrap();
+        pool.flush_some(usize::MAX).unwrap();
+    }
+    (pool, clock)
 }
