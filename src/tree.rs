@@ -190,8 +190,7 @@ impl Tree {
         visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         self.db.check_open()?;
-        let start = range.start_bound().map(AsRef::as_ref);
-        let end = range.end_bound().map(AsRef::as_ref);
+        let (start, end) = borrowed_bounds(&range);
         Ok(self.slot.load().tree.scan(start, end, visit)?)
     }
 
@@ -202,8 +201,7 @@ impl Tree {
         visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         self.db.check_open()?;
-        let start = range.start_bound().map(AsRef::as_ref);
-        let end = range.end_bound().map(AsRef::as_ref);
+        let (start, end) = borrowed_bounds(&range);
         Ok(self.slot.load().tree.scan_rev(start, end, visit)?)
     }
 
@@ -388,6 +386,16 @@ impl Range {
         }
         Ok(())
     }
+}
+
+/// A range's bounds as byte slices.
+fn borrowed_bounds<'r, K: AsRef<[u8]> + 'r, R: RangeBounds<K>>(
+    range: &'r R,
+) -> (Bound<&'r [u8]>, Bound<&'r [u8]>) {
+    (
+        range.start_bound().map(AsRef::as_ref),
+        range.end_bound().map(AsRef::as_ref),
+    )
 }
 
 fn borrowed(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {

@@ -4,28 +4,22 @@
 //! complete.
 
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
+
+mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use barracuda::{CompactStep, Compression, Db, Durability, TreeOptions, WriteBatch};
+use common::{key, tempdir};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-
-fn tempdir() -> tempfile::TempDir {
-    // Under target/: an ext4 filesystem where O_DIRECT works (not tmpfs).
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-}
 
 fn options() -> barracuda::Options {
     Db::options()
         .buffer_pool_bytes(4 << 20)
         .log_bytes(16 << 20)
         .durability(Durability::NoSync)
-}
-
-fn key(i: u64) -> Vec<u8> {
-    format!("key{i:08}").into_bytes()
 }
 
 fn value(rng: &mut SmallRng, i: u64) -> Vec<u8> {

@@ -2,27 +2,14 @@
 //! without a clean close, bad input, the directory lock.
 
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
+
+mod common;
 use std::collections::BTreeMap;
 
 use barracuda::{Compression, Db, Durability, Error, TreeOptions, WriteBatch};
+use common::{key, small, tempdir};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-
-fn tempdir() -> tempfile::TempDir {
-    // Under target/: an ext4 filesystem where O_DIRECT works (not tmpfs).
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-}
-
-fn small() -> barracuda::Options {
-    Db::options()
-        .buffer_pool_bytes(1 << 20)
-        .log_bytes(16 << 20)
-        .durability(Durability::NoSync)
-}
-
-fn key(i: u64) -> Vec<u8> {
-    format!("key{i:08}").into_bytes()
-}
 
 fn value(rng: &mut SmallRng, i: u64) -> Vec<u8> {
     let len = rng.random_range(0..400);

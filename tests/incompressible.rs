@@ -11,7 +11,10 @@
 
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
+mod common;
+
 use barracuda::{BlockSize, Compression, Db, Durability, TreeOptions};
+use common::tempdir;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -20,11 +23,6 @@ use rand::{Rng, SeedableRng};
 const ROWS: usize = 20_000;
 const KEY_BYTES: usize = 24;
 const VALUE_BYTES: usize = 150;
-
-fn tempdir() -> tempfile::TempDir {
-    // Under target/: an ext4 filesystem where O_DIRECT works (not tmpfs).
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-}
 
 fn random_rows(seed: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut rng = SmallRng::seed_from_u64(seed);

@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -15,25 +17,10 @@ use barracuda::btree::{Fit, PoolStore};
 use barracuda::btree::{LsnCounter, LsnMode, META_PAGE_ID, OpContext, PageStore, PageWrite};
 use barracuda::codec::{Codec, Geometry, PAGE_HEADER_RESERVED_BYTES};
 use barracuda::pool::{BufferPool, CodecService, FileService, PageFormat, PoolConfig, Services};
-use barracuda::{Compression, Db, Durability, Error, TreeOptions, WriteBatch};
+use barracuda::{Compression, Error, TreeOptions, WriteBatch};
+use common::{key, small, tempdir};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-
-fn tempdir() -> tempfile::TempDir {
-    // Under target/: an ext4 filesystem where O_DIRECT works (not tmpfs).
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-}
-
-fn small() -> barracuda::Options {
-    Db::options()
-        .buffer_pool_bytes(1 << 20)
-        .log_bytes(16 << 20)
-        .durability(Durability::NoSync)
-}
-
-fn key(i: u64) -> Vec<u8> {
-    format!("key{i:08}").into_bytes()
-}
 
 #[test]
 fn len_counts_new_keys_not_overwrites_and_survives_reopen() {

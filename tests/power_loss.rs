@@ -8,19 +8,18 @@
 
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use barracuda::io::{BlockFile, FaultConfig, FaultErrno, FaultFile, FaultOp, FaultRule};
 use barracuda::{Db, Durability, FileWrapper};
+use common::tempdir;
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-
-fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-}
 
 fn options() -> barracuda::Options {
     Db::options()

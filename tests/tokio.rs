@@ -5,17 +5,15 @@
 //! Run with `cargo test --features tokio --test tokio`.
 
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
+
+mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use barracuda::asynchronous::AsyncDb;
 use barracuda::{Db, Durability, WriteBatch};
-
-fn tempdir() -> tempfile::TempDir {
-    // Under target/: an ext4 filesystem where O_DIRECT works (not tmpfs).
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-}
+use common::tempdir;
 
 fn options() -> barracuda::Options {
     Db::options()

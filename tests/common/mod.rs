@@ -1,0 +1,26 @@
+//! Setup shared by the integration tests (each test file is its own crate
+//! and uses part of this).
+
+#![allow(dead_code, reason = "each test crate uses part of this module")]
+
+use barracuda::{Db, Durability};
+
+/// A directory under target/: an ext4 filesystem where O_DIRECT works
+/// (not tmpfs).
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temporary directory under target/")
+}
+
+/// Small options for quick tests: a 1 MiB pool, a 16 MiB log ring,
+/// `NoSync` writes.
+pub fn small() -> barracuda::Options {
+    Db::options()
+        .buffer_pool_bytes(1 << 20)
+        .log_bytes(16 << 20)
+        .durability(Durability::NoSync)
+}
+
+/// Key `i`, ordered as `i`.
+pub fn key(i: u64) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
