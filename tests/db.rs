@@ -363,3 +363,28 @@ fn scans_agree_with_ranges_and_the_model() {
         assert_eq!(first_three, keys);
     }
 }
+
+/// The log's ring is fixed when the database is created: reopening with a
+/// different `log_bytes` (as an admin tool that does not know it would)
+/// keeps the log's own size and loses nothing.
+#[test]
+fn reopening_with_another_log_size_keeps_the_logs_ring() {
+    let dir = tempdir();
+    let db = small().log_bytes(4 << 20).open(dir.path()).unwrap();
+    let tree = db.tree("t").unwrap();
+    for i in 0..500 {
+        tree.put(&key(i), b"v").unwrap();
+    }
+    drop(tree);
+    db.close().unwrap();
+    for (round, asked) in [64 << 20, 1 << 20].into_iter().enumerate() {
+        let db = small().log_bytes(asked).open(dir.path()).unwrap();
+        assert_eq!(db.log_stats().ring_bytes, 4 << 20);
+        let tree = db.tree("t").unwrap();
+        assert_eq!(tree.len().unwrap(), 500 + round as u64);
+        assert_eq!(tree.get(&key(499)).unwrap().as_deref(), Some(&b"v"[..]));
+        tree.put(&key(1000 + round as u64), b"w").unwrap();
+        drop(tree);
+        db.close().unwrap();
+    }
+}

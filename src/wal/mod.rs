@@ -223,18 +223,30 @@ impl Wal {
         options: &WalOptions,
         mut apply: impl FnMut(&LoggedGroup) -> Result<()>,
     ) -> Result<(Wal, Checkpoint)> {
-        let layout = Layout::new(file.as_ref(), options)?;
+        let mut layout = Layout::new(file.as_ref(), options)?;
         let checkpoint = match read_checkpoint(file.as_ref(), &layout)? {
             Some(checkpoint) => checkpoint,
             None => create(file.as_ref(), &layout)?,
         };
         if checkpoint.ring_bytes != layout.ring_bytes {
-            return Err(Error::InvalidOptions {
-                reason: format!(
-                    "the log was created with a ring of {} bytes, not {}",
-                    checkpoint.ring_bytes, layout.ring_bytes
-                ),
-            });
+            // The ring is a property of the log file: an existing log keeps
+            // its size (resizing is not supported), so a database opens
+            // whatever `log_bytes` the caller asks for (an admin tool does
+            // not know it). The checkpoint slot's CRC vouches for the value;
+            // a ring the layout could not have made is damage.
+            let ring_bytes = checkpoint.ring_bytes;
+            if ring_bytes < RING_BYTES_MIN || !ring_bytes.is_multiple_of(layout.sector_bytes) {
+                return Err(Error::LogCorrupted {
+                    lsn: checkpoint.lsn,
+                    reason: "checkpoint names an impossible ring size",
+                });
+            }
+            tracing::warn!(
+                ring_bytes,
+                asked = layout.ring_bytes,
+                "the log keeps the ring it was created with; log_bytes applies to new logs"
+            );
+            layout.ring_bytes = ring_bytes;
         }
         if file.len()? < layout.file_len_bytes() {
             return Err(Error::LogCorrupted {
