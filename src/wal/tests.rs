@@ -314,12 +314,23 @@ fn the_checkpoint_payload_survives_reopen() {
 }
 
 #[test]
-fn a_different_ring_size_is_refused() {
+fn an_existing_log_keeps_its_ring_size() {
     let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
-    drop(Wal::open(file.clone(), &small(), |_| Ok(())).unwrap());
-    let other = WalOptions::default().ring_bytes(512 << 10);
-    let err = Wal::open(file, &other, |_| Ok(())).expect_err("must refuse");
-    assert!(matches!(err, Error::InvalidOptions { .. }), "{err}");
+    let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
+    let created = wal.ring_bytes();
+    let mut rng = SmallRng::seed_from_u64(9);
+    let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
+    wal.flush_to(range.end).unwrap();
+    drop(wal);
+    let other = WalOptions::default().ring_bytes(created * 4);
+    let mut replayed = 0;
+    let (wal, _) = Wal::open(file, &other, |_| {
+        replayed += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(wal.ring_bytes(), created);
+    assert_eq!(replayed, 1, "the group logged before reopening is replayed");
 }
 
 #[test]
