@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use barracuda::{Compression, Db, Durability, Error, TreeOptions, WriteBatch};
-use common::{key, small, tempdir};
+use common::{key, small, tempdir, two_trees};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -141,14 +141,7 @@ fn crash_without_close_keeps_synced_writes() {
 #[test]
 fn batches_are_atomic_across_trees_and_bad_input_is_refused() {
     let dir = tempdir();
-    let db = small()
-        .buffer_pool_bytes(16 << 20)
-        .open(dir.path())
-        .unwrap();
-    let a = db.tree("a").unwrap();
-    let b = db
-        .create_tree("b", TreeOptions::default().compression(Compression::None))
-        .unwrap();
+    let (db, a, b) = two_trees(dir.path());
     let mut batch = WriteBatch::new();
     for i in 0..50 {
         batch.put(&a, &key(i), b"in a");

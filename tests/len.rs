@@ -18,7 +18,7 @@ use barracuda::btree::{LsnCounter, LsnMode, META_PAGE_ID, OpContext, PageStore, 
 use barracuda::codec::{Codec, Geometry, PAGE_HEADER_RESERVED_BYTES};
 use barracuda::pool::{BufferPool, CodecService, FileService, PageFormat, PoolConfig, Services};
 use barracuda::{Compression, Error, TreeOptions, WriteBatch};
-use common::{key, small, tempdir};
+use common::{key, small, tempdir, two_trees};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -56,14 +56,7 @@ fn len_counts_new_keys_not_overwrites_and_survives_reopen() {
 #[test]
 fn batches_count_each_operation_and_refused_writes_count_nothing() {
     let dir = tempdir();
-    let db = small()
-        .buffer_pool_bytes(16 << 20)
-        .open(dir.path())
-        .unwrap();
-    let a = db.tree("a").unwrap();
-    let b = db
-        .create_tree("b", TreeOptions::default().compression(Compression::None))
-        .unwrap();
+    let (db, a, b) = two_trees(dir.path());
     for i in 0..10 {
         a.put(&key(i), b"old").unwrap();
     }

@@ -24,3 +24,20 @@ pub fn small() -> barracuda::Options {
 pub fn key(i: u64) -> Vec<u8> {
     format!("key{i:08}").into_bytes()
 }
+
+/// A database in `dir` (a 16 MiB pool) with two trees: "a" with the default
+/// options and "b" uncompressed.
+pub fn two_trees(dir: &std::path::Path) -> (Db, barracuda::Tree, barracuda::Tree) {
+    let db = small()
+        .buffer_pool_bytes(16 << 20)
+        .open(dir)
+        .expect("open the database");
+    let a = db.tree("a").expect("tree a");
+    let b = db
+        .create_tree(
+            "b",
+            barracuda::TreeOptions::default().compression(barracuda::Compression::None),
+        )
+        .expect("tree b");
+    (db, a, b)
+}

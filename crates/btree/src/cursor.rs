@@ -206,9 +206,8 @@ impl<S: PageStore> Tree<S> {
         Cursor::new(self)
     }
 
-    fn leaf_entries(&self, p: &[u8], keep: impl Fn(&[u8]) -> bool) -> Result<Vec<Entry>> {
-        page::records(p)
-            .filter(|&off| keep(page::rec_key(p, off)))
+    fn leaf_entries(&self, p: &[u8], offsets: impl Iterator<Item = usize>) -> Result<Vec<Entry>> {
+        offsets
             .map(|off| Ok((page::rec_key(p, off).to_vec(), self.load_value(p, off)?)))
             .collect()
     }
@@ -222,7 +221,9 @@ impl<S: PageStore> Tree<S> {
     ) -> Result<(Vec<Entry>, Visited)> {
         let mut entries = Vec::new();
         let visited = self.forward_leaf(bound, read_ahead, &mut |p| {
-            entries = self.leaf_entries(p, |k| above(k, bound))?;
+            // Entered by binary search (as a scan), not walked from the
+            // leaf's first record.
+            entries = self.leaf_entries(p, page::leaf_records_from(p, bound))?;
             Ok(!entries.is_empty())
         })?;
         Ok((entries, visited))
@@ -276,7 +277,9 @@ impl<S: PageStore> Tree<S> {
     fn collect_backward(&self, bound: Bound<&[u8]>) -> Result<Vec<Entry>> {
         let mut entries = Vec::new();
         self.backward_leaf(bound, &mut |p| {
-            entries = self.leaf_entries(p, |k| below(k, bound))?;
+            // Ascending records: the first not below the bound ends them.
+            let before = page::records(p).take_while(|&off| below(page::rec_key(p, off), bound));
+            entries = self.leaf_entries(p, before)?;
             Ok(!entries.is_empty())
         })?;
         Ok(entries)

@@ -181,7 +181,7 @@ impl<S: PageStore> Tree<S> {
                 let mut found = false;
                 // Records are in ascending order: the ones below `start`
                 // come first, and mean this leaf is the scan's last.
-                for off in page::records(p).filter(|&off| below(page::rec_key(p, off), to)) {
+                for off in page::records(p).take_while(|&off| below(page::rec_key(p, off), to)) {
                     found = true;
                     if !above(page::rec_key(p, off), start) {
                         copy.reached_end = true;

@@ -59,15 +59,22 @@ fn ops(count: usize) -> (String, String) {
     (ops, a.concat() + &b.concat())
 }
 
+/// A database path under `dir` (not created yet), an ops file of `n`
+/// puts written there, and the dump those puts must give.
+fn ops_file(dir: &Path, n: usize) -> (String, String, String) {
+    let db = dir.join("db").to_str().unwrap().to_string();
+    let (lines, expected) = ops(n);
+    let file = dir.join("ops.txt");
+    std::fs::write(&file, &lines).unwrap();
+    (db, file.to_str().unwrap().to_string(), expected)
+}
+
 #[test]
 fn load_then_dump_round_trips() {
     let dir = tempdir();
-    let db = dir.path().join("db");
-    let db = db.to_str().unwrap();
-    let (lines, expected) = ops(500);
-    let file = dir.path().join("ops.txt");
-    std::fs::write(&file, &lines).unwrap();
-    let out = ok(&["load", db, "--ops", file.to_str().unwrap(), "--batch", "64"]);
+    let (db, file, expected) = ops_file(dir.path(), 500);
+    let db = db.as_str();
+    let out = ok(&["load", db, "--ops", &file, "--batch", "64"]);
     let commits: Vec<&str> = out.lines().collect();
     assert_eq!(commits.len(), 8, "{out}");
     assert_eq!(commits[0], "committed 64");
@@ -85,19 +92,9 @@ fn load_then_dump_round_trips() {
 #[test]
 fn compact_keeps_the_dump_and_checks() {
     let dir = tempdir();
-    let db = dir.path().join("db");
-    let db = db.to_str().unwrap();
-    let (lines, expected) = ops(2000);
-    let file = dir.path().join("ops.txt");
-    std::fs::write(&file, &lines).unwrap();
-    ok(&[
-        "load",
-        db,
-        "--ops",
-        file.to_str().unwrap(),
-        "--batch",
-        "100",
-    ]);
+    let (db, file, expected) = ops_file(dir.path(), 2000);
+    let db = db.as_str();
+    ok(&["load", db, "--ops", &file, "--batch", "100"]);
     let out = ok(&["compact", db, "--tree", "a"]);
     assert!(out.starts_with("tree a: 1333 entries, "), "{out}");
     let out = ok(&["compact", db]);
