@@ -24,7 +24,6 @@ use workloads::Measurement;
 /// redb's harness uses 5,000,000 pairs; the default here is 1,000,000.
 const DEFAULT_PAIRS: f64 = 1_000_000.0;
 
-
 /// Barracuda's page compression in workload 2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum W2Codec {
@@ -484,7 +483,11 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             barracuda_tree: tree,
             barracuda_log_bytes: args.barracuda_w1_log_mib << 20,
             barracuda_io: barracuda::io::Backend::Auto,
-            barracuda_image_bytes: if args.barracuda_zlib { 8 << 10 } else { 16 << 10 },
+            barracuda_image_bytes: if args.barracuda_zlib {
+                8 << 10
+            } else {
+                16 << 10
+            },
             lmdb_no_read_ahead: false,
         };
         let pairs = (DEFAULT_PAIRS * args.scale) as usize;

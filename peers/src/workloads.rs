@@ -349,7 +349,10 @@ pub fn workload2_load(
         Some(engines::directory_bytes(&setup.dir)),
     ));
     if compact {
-        log(&format!("{name} files after the load: {}", file_sizes(&setup.dir)));
+        log(&format!(
+            "{name} files after the load: {}",
+            file_sizes(&setup.dir)
+        ));
         let mut engine = engines::open(name, setup)?;
         let start = Instant::now();
         let compacted = engine.compact()?;
