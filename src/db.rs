@@ -565,7 +565,7 @@ fn replay(
                 let Some((pool, _)) = pools.get(&tree_id) else {
                     continue;
                 };
-                pool.install_image(page_id, block, group.end_lsn)?;
+                pool.install_image(page_id, &block, group.end_lsn)?;
                 replayed.insert((tree_id, page_id));
             }
             RedoEntry::Patches { page_id, patches } => {

@@ -311,14 +311,17 @@ pub(crate) const BATCH_IMAGES_MORE: usize = 8;
 /// Log bytes of patch and entry headers per operation (generous).
 const PATCH_OVERHEAD_BYTES: usize = 256;
 
-/// Bytes of one page image in the log: the block size.
+/// The most log bytes of one page image: the block size and the entry's
+/// headers (an image leaves out runs of zeros, so most take less).
 pub(crate) fn image_bytes(tree: &TreeInner) -> usize {
     let page = tree.entry.page_size_bytes;
-    tree.entry
+    let block = tree
+        .entry
         .options()
         .effective_block_size()
         .compressed_bytes()
-        .unwrap_or(page)
+        .unwrap_or(page);
+    block + crate::wal::IMAGE_OVERHEAD_BYTES_MAX
 }
 
 /// The smallest key greater than every key starting with `prefix`, if any.

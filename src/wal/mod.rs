@@ -42,8 +42,9 @@ pub use checkpoint::{
     CHECKPOINT_PAYLOAD_BYTES_MAX, Checkpoint,
 };
 pub use record::{
-    ENTRY_HEADER_BYTES, GROUP_BYTES_MAX, GROUP_HEADER_BYTES, GROUP_MAGIC, GroupKind, LoggedGroup,
-    PATCH_HEADER_BYTES, Patches, RedoEntry, RedoGroup,
+    ENTRY_HEADER_BYTES, GROUP_BYTES_MAX, GROUP_HEADER_BYTES, GROUP_MAGIC, GroupKind,
+    IMAGE_OVERHEAD_BYTES_MAX, LoggedGroup, PATCH_HEADER_BYTES, Patches, RedoEntry, RedoGroup,
+    ZERO_RUN_BYTES_MIN,
 };
 
 use crate::error::{Error, Result};

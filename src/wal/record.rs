@@ -24,12 +24,22 @@
 //!
 //! ```text
 //!      0    8 page_id
-//!      8    1 kind             1 = patches, 2 = full block
+//!      8    1 kind             1 = patches, 2 = full block, 3 = sparse block
 //!      9    3 reserved         zero
 //!     12    4 body_len_bytes
 //!     16    . body: patches are repeated (offset u32, len u32, bytes);
-//!               a full block is the block's bytes
+//!               a full block is the block's bytes; a sparse block is
+//!               block_len u32, reserved u32, then segments encoded as
+//!               patches: the block's bytes with every run of at least
+//!               ZERO_RUN_BYTES_MIN zero bytes left out
 //! ```
+//!
+//! Images are written sparse. A compressed block's padding and an
+//! uncompressed page's free gap are zeros, so an image costs the log about
+//! the bytes the page uses, not its size (PostgreSQL leaves out its pages'
+//! "hole" the same way). Full-block entries are still read.
+
+use std::borrow::Cow;
 
 use barracuda_codec::{Lsn, PageId};
 
@@ -56,6 +66,17 @@ const KIND_REDO: u8 = 1;
 const KIND_FLUSH_START: u8 = 2;
 const ENTRY_PATCHES: u8 = 1;
 const ENTRY_FULL_BLOCK: u8 = 2;
+const ENTRY_SPARSE_BLOCK: u8 = 3;
+/// Bytes of a sparse block's header: block length u32, reserved u32.
+const SPARSE_HEADER_BYTES: usize = 8;
+/// A sparse image leaves out runs of zero bytes at least this long (whole
+/// aligned 8-byte words): a segment header costs 8 bytes.
+pub const ZERO_RUN_BYTES_MIN: usize = 64;
+/// The most an image entry adds to its block's bytes: the entry header, the
+/// sparse header and one segment header (a left-out run saves more than the
+/// segment header it costs).
+pub const IMAGE_OVERHEAD_BYTES_MAX: usize =
+    ENTRY_HEADER_BYTES + SPARSE_HEADER_BYTES + PATCH_HEADER_BYTES;
 const CRC_OFFSET: usize = 24;
 
 /// The kind of a group found in the log.
@@ -120,12 +141,22 @@ impl RedoGroup {
         self.finish_entry(start);
     }
 
-    /// Records the whole compressed block of `page_id` as it was before the
-    /// changes that follow it in this group: the first change to a page after
-    /// a checkpoint logs it, so a torn page write is always repairable.
+    /// Records the whole block of `page_id` (compressed, or the page when
+    /// uncompressed): the first change to a page after a checkpoint logs it,
+    /// so a torn page write is always repairable. Runs of zeros are left out
+    /// (see the module documentation); the entry reads back whole.
     pub fn full_block(&mut self, page_id: PageId, block: &[u8]) {
-        let start = self.begin_entry(page_id, ENTRY_FULL_BLOCK);
-        self.body.extend_from_slice(block);
+        let start = self.begin_entry(page_id, ENTRY_SPARSE_BLOCK);
+        let block_len = u32::try_from(block.len()).expect("a block is smaller than 4 GiB");
+        self.body.extend_from_slice(&block_len.to_le_bytes());
+        self.body.extend_from_slice(&0u32.to_le_bytes());
+        for segment in nonzero_segments(block) {
+            let offset = u32::try_from(segment.start).expect("inside the block");
+            let len = u32::try_from(segment.len()).expect("inside the block");
+            self.body.extend_from_slice(&offset.to_le_bytes());
+            self.body.extend_from_slice(&len.to_le_bytes());
+            self.body.extend_from_slice(&block[segment]);
+        }
         self.finish_entry(start);
         self.open_patches = None;
     }
@@ -290,7 +321,11 @@ impl LoggedGroup {
             }
             ENTRY_FULL_BLOCK => RedoEntry::FullBlock {
                 page_id,
-                block: body,
+                block: Cow::Borrowed(body),
+            },
+            ENTRY_SPARSE_BLOCK => RedoEntry::FullBlock {
+                page_id,
+                block: Cow::Owned(sparse_block(body).map_err(|reason| self.corrupted(reason))?),
             },
             _ => return Err(self.corrupted("unknown entry kind")),
         };
@@ -318,6 +353,54 @@ fn check_patches(mut body: &[u8]) -> std::result::Result<(), &'static str> {
     Ok(())
 }
 
+/// The ranges of `block` a sparse image keeps: everything but the runs of
+/// at least [`ZERO_RUN_BYTES_MIN`] zero bytes made of whole aligned words.
+fn nonzero_segments(block: &[u8]) -> Vec<std::ops::Range<usize>> {
+    const WORD: usize = 8;
+    let words = block.len() / WORD;
+    let zero_at = |word: usize| block[word * WORD..(word + 1) * WORD] == [0; WORD];
+    let mut segments = Vec::new();
+    let mut kept_from = 0;
+    let mut word = 0;
+    while word < words {
+        if !zero_at(word) {
+            word += 1;
+            continue;
+        }
+        let run_start = word;
+        while word < words && zero_at(word) {
+            word += 1;
+        }
+        if (word - run_start) * WORD >= ZERO_RUN_BYTES_MIN {
+            if kept_from < run_start * WORD {
+                segments.push(kept_from..run_start * WORD);
+            }
+            kept_from = word * WORD;
+        }
+    }
+    if kept_from < block.len() {
+        segments.push(kept_from..block.len());
+    }
+    segments
+}
+
+/// Rebuilds a sparse block's bytes from its entry body.
+fn sparse_block(body: &[u8]) -> std::result::Result<Vec<u8>, &'static str> {
+    if body.len() < SPARSE_HEADER_BYTES {
+        return Err("sparse block header past the entry's end");
+    }
+    let segments = &body[SPARSE_HEADER_BYTES..];
+    check_patches(segments)?;
+    let mut block = vec![0; read_u32(body, 0) as usize];
+    for (offset, bytes) in (Patches { bytes: segments }) {
+        block
+            .get_mut(offset as usize..offset as usize + bytes.len())
+            .ok_or("sparse block segment past the block's end")?
+            .copy_from_slice(bytes);
+    }
+    Ok(block)
+}
+
 fn read_u32(bytes: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
@@ -329,7 +412,7 @@ fn read_u64(bytes: &[u8], at: usize) -> u64 {
 }
 
 /// One entry of a logged group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RedoEntry<'a> {
     /// Byte patches to apply to the page's uncompressed image, in order.
     Patches {
@@ -344,8 +427,8 @@ pub enum RedoEntry<'a> {
     FullBlock {
         /// The page logged.
         page_id: PageId,
-        /// The block's bytes.
-        block: &'a [u8],
+        /// The block's bytes (rebuilt whole from a sparse entry).
+        block: Cow<'a, [u8]>,
     },
 }
 
@@ -397,7 +480,7 @@ mod tests {
         let logged = logged(&group, Lsn(4096));
         assert_eq!(logged.end_lsn.0, 4096 + group.encoded_len() as u64);
         let entries = logged.entries().unwrap();
-        let RedoEntry::Patches { page_id, patches } = entries[0] else {
+        let RedoEntry::Patches { page_id, patches } = entries[0].clone() else {
             panic!("first entry is patches")
         };
         assert_eq!(page_id, PageId(7));
@@ -409,7 +492,7 @@ mod tests {
             entries[1],
             RedoEntry::FullBlock {
                 page_id: PageId(8),
-                block: &[9; 40]
+                block: Cow::Borrowed(&[9; 40][..])
             }
         );
         assert!(matches!(
@@ -452,5 +535,86 @@ mod tests {
             logged.entries(),
             Err(Error::LogCorrupted { lsn: Lsn(512), .. })
         ));
+    }
+
+    fn logged_block(block: &[u8]) -> (usize, Vec<u8>) {
+        let mut group = RedoGroup::new();
+        group.full_block(PageId(3), block);
+        let logged = logged(&group, Lsn(64));
+        let entries = logged.entries().unwrap();
+        let RedoEntry::FullBlock { page_id, block } = &entries[0] else {
+            panic!("a full block entry")
+        };
+        assert_eq!(*page_id, PageId(3));
+        (group.encoded_len(), block.to_vec())
+    }
+
+    #[test]
+    fn an_image_leaves_out_its_zero_gap() {
+        // A page's header and records, its free gap, its slot directory.
+        let mut page = vec![0u8; 16 << 10];
+        page[..6000].fill(0xAB);
+        page[(16 << 10) - 200..].fill(0xCD);
+        let (logged_bytes, back) = logged_block(&page);
+        assert_eq!(back, page);
+        assert!(
+            logged_bytes < 6000 + 200 + 128,
+            "{logged_bytes} bytes logged for 6,200 used"
+        );
+    }
+
+    #[test]
+    fn a_full_block_entry_still_reads() {
+        let mut group = RedoGroup::new();
+        let start = group.begin_entry(PageId(5), ENTRY_FULL_BLOCK);
+        group.body.extend_from_slice(&[7; 48]);
+        group.finish_entry(start);
+        let logged = logged(&group, Lsn(64));
+        let entries = logged.entries().unwrap();
+        assert_eq!(
+            entries[0],
+            RedoEntry::FullBlock {
+                page_id: PageId(5),
+                block: Cow::Borrowed(&[7; 48][..])
+            }
+        );
+    }
+
+    #[test]
+    fn a_sparse_segment_past_the_block_is_corruption() {
+        let mut group = RedoGroup::new();
+        let start = group.begin_entry(PageId(5), ENTRY_SPARSE_BLOCK);
+        group.body.extend_from_slice(&16u32.to_le_bytes());
+        group.body.extend_from_slice(&0u32.to_le_bytes());
+        group.body.extend_from_slice(&12u32.to_le_bytes());
+        group.body.extend_from_slice(&8u32.to_le_bytes());
+        group.body.extend_from_slice(&[1; 8]);
+        group.finish_entry(start);
+        assert!(matches!(
+            logged(&group, Lsn(64)).entries(),
+            Err(Error::LogCorrupted { lsn: Lsn(64), .. })
+        ));
+    }
+
+    proptest::proptest! {
+        /// Any block, with zero runs of any length at any offset, reads
+        /// back byte for byte.
+        #[test]
+        fn sparse_images_read_back_exactly(
+            len_words in 1usize..600,
+            tail in 0usize..8,
+            runs in proptest::collection::vec((0usize..4800, 0usize..700), 0..6),
+            fill in 1u8..=255,
+        ) {
+            let len = len_words * 8 + tail;
+            let mut block: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31) | fill).collect();
+            for (start, run) in runs {
+                let start = start.min(len);
+                let end = (start + run).min(len);
+                block[start..end].fill(0);
+            }
+            let (_, back) = logged_block(&block);
+            proptest::prop_assert_eq!(back, block);
+        }
     }
 }
