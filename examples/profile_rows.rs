@@ -3,8 +3,10 @@
 //! batches of 300 as the peers adapter writes them), then one of
 //!
 //! - `get`: 1,000,000 gets of loaded keys;
-//! - `range`: 10,000 ranges of 10 entries through `Tree::range`;
+//! - `range`: 200,000 ranges of 10 entries through `Tree::range`;
 //! - `scan`: the same ranges through the visitor `Tree::scan`;
+//! - `limit`: the same ranges through `Tree::scan_limit` (the peers
+//!   adapter's call);
 //! - `remove`: deletes of half the keys in batches of 300.
 //!
 //! ```sh
@@ -21,6 +23,8 @@ use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 
 const BATCH_OPS: usize = 300;
+/// Ranges of the `range` and `scan` phases.
+const RANGES: usize = 200_000;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -65,19 +69,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         "range" => {
-            for key in keys.iter().take(10_000) {
+            for key in keys.iter().cycle().take(RANGES) {
                 for entry in tree.range(key.as_slice()..).take(10) {
                     sum += u64::from(entry?.1[0]);
                 }
             }
         }
         "scan" => {
-            for key in keys.iter().take(10_000) {
+            for key in keys.iter().cycle().take(RANGES) {
                 let mut seen = 0;
                 tree.scan(key.as_slice().., |_key, value| {
                     sum += u64::from(value[0]);
                     seen += 1;
                     seen < 10
+                })?;
+            }
+        }
+        "limit" => {
+            for key in keys.iter().cycle().take(RANGES) {
+                tree.scan_limit(key.as_slice().., 10, |_key, value| {
+                    sum += u64::from(value[0]);
+                    true
                 })?;
             }
         }
@@ -90,7 +102,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 db.write_with(batch, Durability::NoSync)?;
             }
         }
-        other => return Err(format!("unknown phase {other:?}: get, range, scan or remove").into()),
+        other => {
+            return Err(
+                format!("unknown phase {other:?}: get, range, scan, limit or remove").into(),
+            );
+        }
     }
     eprintln!("{phase}: {:?} (checksum {sum})", started.elapsed());
     eprintln!("{:?}", db.log_stats());

@@ -236,6 +236,16 @@ impl AsyncTree {
         self.with_tree(move |t| t.get(&key)).await
     }
 
+    /// [`Tree::len`]: the count the tree's meta page keeps.
+    pub async fn len(&self) -> Result<u64> {
+        self.with_tree(Tree::len).await
+    }
+
+    /// [`Tree::is_empty`].
+    pub async fn is_empty(&self) -> Result<bool> {
+        Ok(self.len().await? == 0)
+    }
+
     /// [`Tree::contains_key`].
     pub async fn contains_key(&self, key: &[u8]) -> Result<bool> {
         Ok(self.get(key).await?.is_some())
@@ -286,8 +296,15 @@ impl AsyncTree {
         count_max: usize,
     ) -> Result<Vec<KeyValue>> {
         let bounds = own_bounds(&range);
-        self.with_tree(move |t| t.range(bounds).take(count_max).collect())
-            .await
+        self.with_tree(move |t| {
+            let mut out = Vec::new();
+            t.scan_limit(bounds, count_max, |key, value| {
+                out.push((key.to_vec(), value.to_vec()));
+                true
+            })?;
+            Ok(out)
+        })
+        .await
     }
 
     /// Every entry whose key starts with `prefix` ([`Tree::prefix`]).

@@ -3,7 +3,7 @@
 use crate::db::DbInner;
 use crate::error::{Error, Result};
 use crate::options::Durability;
-use crate::tree::{BATCH_IMAGES_MORE, PAGES_PER_OPERATION, Tree, check_entry, image_bytes};
+use crate::tree::{BATCH_IMAGES_MORE, Tree, batch_pinned_bytes, check_entry, image_bytes};
 
 /// Puts and deletes on any trees of one database, applied by [`crate::Db::write`]
 /// all or nothing, also across a crash (one log group).
@@ -14,7 +14,8 @@ use crate::tree::{BATCH_IMAGES_MORE, PAGES_PER_OPERATION, Tree, check_entry, ima
 /// (about `log_bytes / 4`, at most 16 MiB, where each operation counts
 /// three page images: about 680 operations with the default log and 8 KiB
 /// blocks); a larger batch is refused with [`Error::BatchTooLarge`]
-/// before anything changes.
+/// before anything changes. [`Tree::batch_ops_max`] says how many
+/// operations of a given size fit.
 #[derive(Debug, Default)]
 pub struct WriteBatch {
     ops: Vec<(Tree, Op)>,
@@ -75,17 +76,12 @@ impl WriteBatch {
         // Every page a batch changes stays in its pool, pinned at the
         // pending LSN, until the batch is logged: at most half the pool.
         for (tree, _) in &self.ops {
-            let inner = tree.inner();
-            let pool = inner.pool();
-            let per_page = pool.config().page_size_bytes + image_bytes(&inner);
-            let pages: usize = self.ops.iter().filter(|(t, _)| t.same_tree(tree)).count()
-                * PAGES_PER_OPERATION
-                + BATCH_IMAGES_MORE;
-            let cache_limit = pool.budget_bytes() / 2;
-            if pages * per_page > cache_limit {
+            let ops = self.ops.iter().filter(|(t, _)| t.same_tree(tree)).count();
+            let (pinned, limit) = batch_pinned_bytes(&tree.inner(), ops);
+            if pinned > limit {
                 return Err(Error::BatchTooLarge {
-                    estimated_bytes: pages * per_page,
-                    limit_bytes: cache_limit,
+                    estimated_bytes: pinned,
+                    limit_bytes: limit,
                 });
             }
         }

@@ -194,6 +194,38 @@ impl Tree {
         Ok(self.slot.load().tree.scan(start, end, visit)?)
     }
 
+    /// [`Tree::scan`] of at most the first `limit` entries of `range`;
+    /// returns how many were visited. Prefer it when the count is known (a
+    /// page of results, "the next ten"): only those entries are copied out
+    /// of their leaf, where `scan` copies a few dozen before its visitor
+    /// can say stop.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let db = barracuda::Db::open(dir.path())?;
+    /// # let tree = db.tree("t")?;
+    /// for i in 0u8..100 {
+    ///     tree.put(&[i], b"v")?;
+    /// }
+    /// let mut keys = Vec::new();
+    /// let visited = tree.scan_limit([10u8].as_slice().., 3, |key, _value| {
+    ///     keys.push(key[0]);
+    ///     true
+    /// })?;
+    /// assert_eq!((visited, keys), (3, vec![10, 11, 12]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn scan_limit<K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &self,
+        range: R,
+        limit: usize,
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
+        self.db.check_open()?;
+        let (start, end) = borrowed_bounds(&range);
+        Ok(self.slot.load().tree.scan_limit(start, end, limit, visit)?)
+    }
+
     /// [`Tree::scan`] in descending key order. Does not read ahead.
     pub fn scan_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(
         &self,
@@ -253,6 +285,23 @@ impl Tree {
     /// Size of the tree's data file in bytes.
     pub fn file_bytes(&self) -> Result<u64> {
         Ok(self.slot.read().file.len()?)
+    }
+
+    /// The most puts of `key_bytes`-byte keys and `value_bytes`-byte values
+    /// that one [`crate::WriteBatch`] on this tree alone may hold (a delete
+    /// counts as a put of an empty value); a larger batch is refused with
+    /// [`Error::BatchTooLarge`]. The bound comes from the log ring
+    /// (`Options::log_bytes`) and this tree's pool, so callers that split
+    /// large transactions can ask instead of guessing. At least 1.
+    pub fn batch_ops_max(&self, key_bytes: usize, value_bytes: usize) -> usize {
+        let inner = self.slot.load();
+        let per_op = worst_case_log_bytes(&inner, key_bytes + value_bytes);
+        let by_log = self
+            .db
+            .group_bytes_max()
+            .saturating_sub(BATCH_IMAGES_MORE * image_bytes(&inner))
+            / per_op;
+        by_log.min(batch_ops_by_pool(&inner)).max(1)
     }
 }
 
@@ -314,14 +363,41 @@ const PATCH_OVERHEAD_BYTES: usize = 256;
 /// The most log bytes of one page image: the block size and the entry's
 /// headers (an image leaves out runs of zeros, so most take less).
 pub(crate) fn image_bytes(tree: &TreeInner) -> usize {
+    block_bytes(tree) + crate::wal::IMAGE_OVERHEAD_BYTES_MAX
+}
+
+/// Bytes of a page's block: the compressed block, or the page when
+/// uncompressed.
+fn block_bytes(tree: &TreeInner) -> usize {
     let page = tree.entry.page_size_bytes;
-    let block = tree
-        .entry
+    tree.entry
         .options()
         .effective_block_size()
         .compressed_bytes()
-        .unwrap_or(page);
-    block + crate::wal::IMAGE_OVERHEAD_BYTES_MAX
+        .unwrap_or(page)
+}
+
+/// Pool bytes `ops` operations of one batch on `tree` may keep pinned until
+/// the batch is logged (three pages per operation, each a frame and a
+/// block, and the upper levels), and the limit: half the pool.
+pub(crate) fn batch_pinned_bytes(tree: &TreeInner, ops: usize) -> (usize, usize) {
+    let pages = ops * PAGES_PER_OPERATION + BATCH_IMAGES_MORE;
+    (
+        pages * cached_page_bytes(tree),
+        tree.pool().budget_bytes() / 2,
+    )
+}
+
+/// The most operations one batch on `tree` may hold by
+/// [`batch_pinned_bytes`]'s bound.
+pub(crate) fn batch_ops_by_pool(tree: &TreeInner) -> usize {
+    let (_, limit) = batch_pinned_bytes(tree, 0);
+    (limit / cached_page_bytes(tree)).saturating_sub(BATCH_IMAGES_MORE) / PAGES_PER_OPERATION
+}
+
+/// Pool bytes of one cached page: its frame and its block.
+fn cached_page_bytes(tree: &TreeInner) -> usize {
+    tree.pool().config().page_size_bytes + block_bytes(tree)
 }
 
 /// The smallest key greater than every key starting with `prefix`, if any.

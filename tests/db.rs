@@ -381,3 +381,36 @@ fn reopening_with_another_log_size_keeps_the_logs_ring() {
         db.close().unwrap();
     }
 }
+
+/// `Tree::batch_ops_max` is exact: a batch of that many puts is taken,
+/// one more is refused before anything changes. Checked where the pool
+/// bounds it (a small pool) and where the log does (a small ring).
+#[test]
+fn batch_ops_max_is_the_bound_write_applies() {
+    for (pool_bytes, log_bytes) in [(4 << 20, 64 << 20), (256 << 20, 1 << 20)] {
+        let dir = tempdir();
+        let db = small()
+            .buffer_pool_bytes(pool_bytes)
+            .log_bytes(log_bytes)
+            .open(dir.path())
+            .unwrap();
+        let tree = db.tree("t").unwrap();
+        let value = [7u8; 150];
+        let max = tree.batch_ops_max(key(0).len(), value.len());
+        assert!(max > 1, "{max}");
+        let batch_of = |n: usize, from: u64| {
+            let mut batch = WriteBatch::new();
+            for i in 0..n as u64 {
+                batch.put(&tree, &key(from + i), &value);
+            }
+            batch
+        };
+        assert!(matches!(
+            db.write(batch_of(max + 1, 0)),
+            Err(Error::BatchTooLarge { .. })
+        ));
+        assert_eq!(tree.len().unwrap(), 0);
+        db.write(batch_of(max, 0)).unwrap();
+        assert_eq!(tree.len().unwrap(), max as u64);
+    }
+}

@@ -64,6 +64,8 @@ async fn concurrent_tasks_batches_ranges_and_reopen() {
     assert_eq!(tree.first().await.unwrap().unwrap().0, key(1));
     assert_eq!(tree.last().await.unwrap().unwrap().0, key(199));
     assert_eq!(tree.stats().await.unwrap().record_count, 198);
+    assert_eq!(tree.len().await.unwrap(), 198);
+    assert!(!tree.is_empty().await.unwrap());
     db.check().await.unwrap();
     // A second handle closes nothing; the last one closes the database.
     db.clone().close().await.unwrap();

@@ -179,6 +179,22 @@ fn scan_matches<S: PageStore>(
             .collect()
     };
     assert!(got == want, "scan from {from:?} forward={forward} differs");
+    if forward {
+        let mut limited = Vec::new();
+        let visited = tree
+            .scan_limit(
+                std::ops::Bound::Included(from),
+                std::ops::Bound::Unbounded,
+                usize::from(count),
+                |k, v| {
+                    limited.push((k.to_vec(), v.to_vec()));
+                    true
+                },
+            )
+            .expect("scan_limit");
+        assert_eq!(visited, limited.len());
+        assert!(limited == want, "scan_limit from {from:?} differs");
+    }
 }
 
 fn run<S: PageStore>(tree: &Tree<S>, ops: &[Op], page: usize) {
@@ -223,6 +239,11 @@ fn run<S: PageStore>(tree: &Tree<S>, ops: &[Op], page: usize) {
         if let Err(e) = tree.check_invariants() {
             panic!("invariant: {e}");
         }
+        assert_eq!(
+            tree.len().expect("len"),
+            model.len() as u64,
+            "the meta page's count differs from the model"
+        );
     }
     scan_matches(tree, &model, &[], true, u8::MAX);
 }

@@ -37,7 +37,9 @@ struct Model {
 }
 
 fn pattern(write_id: usize, sector: usize) -> Vec<u8> {
-    (0..SECTOR).map(|i| (write_id * 131 + sector * 17 + i) as u8 ^ (write_id >> 8) as u8).collect()
+    (0..SECTOR)
+        .map(|i| (write_id * 131 + sector * 17 + i) as u8 ^ (write_id >> 8) as u8)
+        .collect()
 }
 
 fn read_all(file: &dyn BlockFile) -> Vec<u8> {
@@ -48,10 +50,16 @@ fn read_all(file: &dyn BlockFile) -> Vec<u8> {
 }
 
 libfuzzer_sys::fuzz_target!(|input: Input| {
-    let config = FaultConfig::default().seed(input.seed).tear_writes(input.tear);
+    let config = FaultConfig::default()
+        .seed(input.seed)
+        .tear_writes(input.tear);
     let file = FaultFile::new(Arc::new(MemoryFile::new("fuzz")), config);
     let slots = SPAN_SECTORS as usize + 8;
-    let mut model = Model { synced: Vec::new(), current: Vec::new(), candidates: vec![Vec::new(); slots] };
+    let mut model = Model {
+        synced: Vec::new(),
+        current: Vec::new(),
+        candidates: vec![Vec::new(); slots],
+    };
     for (write_id, op) in input.ops.iter().take(200).enumerate() {
         match *op {
             Op::Write { first, sectors } => {
@@ -63,7 +71,8 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
                     data[s * SECTOR..(s + 1) * SECTOR].copy_from_slice(&p);
                     model.candidates[first + s].push(p);
                 }
-                file.write_at((first * SECTOR) as u64, &data).expect("write");
+                file.write_at((first * SECTOR) as u64, &data)
+                    .expect("write");
                 let end = (first + sectors) * SECTOR;
                 if model.current.len() < end {
                     model.current.resize(end, 0);
@@ -89,14 +98,26 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
                 file.crash().expect("crash");
                 let after = read_all(&file);
                 if unsynced == 0 {
-                    assert_eq!(after, model.synced, "nothing unsynced: exactly the synced image");
+                    assert_eq!(
+                        after, model.synced,
+                        "nothing unsynced: exactly the synced image"
+                    );
                 }
                 for (sector, chunk) in after.chunks(SECTOR).enumerate() {
                     let zeros = vec![0u8; SECTOR];
-                    let old = model.synced.get(sector * SECTOR..(sector + 1) * SECTOR).unwrap_or(&zeros);
+                    let old = model
+                        .synced
+                        .get(sector * SECTOR..(sector + 1) * SECTOR)
+                        .unwrap_or(&zeros);
                     let ok = chunk == old
-                        || model.candidates.get(sector).is_some_and(|c| c.iter().any(|v| v.as_slice() == chunk));
-                    assert!(ok, "sector {sector} holds neither synced nor unsynced content");
+                        || model
+                            .candidates
+                            .get(sector)
+                            .is_some_and(|c| c.iter().any(|v| v.as_slice() == chunk));
+                    assert!(
+                        ok,
+                        "sector {sector} holds neither synced nor unsynced content"
+                    );
                 }
                 model.synced = after.clone();
                 model.current = after;

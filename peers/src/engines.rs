@@ -59,10 +59,6 @@ pub struct Setup {
     pub barracuda_log_bytes: u64,
     /// Barracuda only: its I/O backend (`Options::io_backend`).
     pub barracuda_io: barracuda::io::Backend,
-    /// Barracuda only: the largest page image its log holds for this tree
-    /// (the block size, or the page size when uncompressed), which bounds
-    /// how many operations a batch may have ([`barracuda_batch_ops`]).
-    pub barracuda_image_bytes: usize,
     /// LMDB only: `MDB_NORDAHEAD`, its documented setting for random reads
     /// of a database larger than memory (workload 2). With the kernel's
     /// 128 KiB read-ahead on every fault of its map, LMDB read 166 GB from
@@ -108,31 +104,14 @@ pub fn directory_bytes(path: &Path) -> u64 {
 
 // ---------------------------------------------------------------- barracuda
 
-/// Barracuda's batch bound: a `WriteBatch` may log at most 16 MiB, counted
-/// as three page images per operation (`Error::BatchTooLarge`): about 680
-/// operations with 8 KiB blocks, about 340 with uncompressed 16 KiB pages.
-/// Larger transactions are split into batches of this many.
+/// The most operations per `WriteBatch`: a transaction is split into
+/// batches of this many, or of fewer where the tree's own bound
+/// (`Tree::batch_ops_max`: its log ring and pool) is lower.
 const BARRACUDA_BATCH_OPS: usize = 300;
-
-/// A batch's pages stay pinned until it is logged: at most half the pool,
-/// counted as three pages per operation (a 16 KiB frame and an 8 KiB block
-/// each) plus 8 for the upper levels; and its log group may be at most a
-/// quarter of the log ring, counted as three images of `image_bytes` and
-/// the entry twice per operation (`WriteBatch`'s docs). Small pools and
-/// small log rings need smaller batches than [`BARRACUDA_BATCH_OPS`].
-fn barracuda_batch_ops(cache_bytes: usize, log_bytes: u64, image_bytes: usize) -> usize {
-    const PAGE_BYTES: usize = (16 << 10) + (8 << 10);
-    let op_log_bytes = 3 * image_bytes + 2 * 1024 + 256;
-    let by_pool = (cache_bytes / 2 / PAGE_BYTES).saturating_sub(8) / 3;
-    let group_bytes_max = (log_bytes as usize / 4).min(16 << 20);
-    let by_log = group_bytes_max.saturating_sub(8 * image_bytes) / op_log_bytes;
-    by_pool.min(by_log).clamp(1, BARRACUDA_BATCH_OPS)
-}
 
 struct BarracudaEngine {
     db: Option<barracuda::Db>,
     tree: barracuda::Tree,
-    batch_ops: usize,
 }
 
 impl BarracudaEngine {
@@ -146,15 +125,7 @@ impl BarracudaEngine {
             .open(&setup.dir)
             .context("barracuda open")?;
         let tree = db.tree("bench").context("barracuda tree")?;
-        Ok(Self {
-            db: Some(db),
-            tree,
-            batch_ops: barracuda_batch_ops(
-                setup.cache_bytes,
-                setup.barracuda_log_bytes,
-                setup.barracuda_image_bytes,
-            ),
-        })
+        Ok(Self { db: Some(db), tree })
     }
 
     fn db(&self) -> &barracuda::Db {
@@ -163,15 +134,22 @@ impl BarracudaEngine {
 }
 
 impl Engine for BarracudaEngine {
-    /// Splits into batches of [`BARRACUDA_BATCH_OPS`] (fewer in a small
-    /// pool: [`barracuda_batch_ops`]): every batch but the
-    /// last is `NoSync`, the last waits for the log's fsync, which covers
-    /// the earlier ones (one fsync per transaction, like the others).
+    /// Splits into batches of at most [`BARRACUDA_BATCH_OPS`] (fewer where
+    /// `Tree::batch_ops_max` says so for the first operation's size):
+    /// every batch but the last is `NoSync`, the last waits for the log's
+    /// fsync, which covers the earlier ones (one fsync per transaction,
+    /// like the others).
     fn commit(&self, ops: &mut dyn Iterator<Item = Op>, durable: bool) -> Result<()> {
         let mut ops = ops.peekable();
+        let batch_ops = match ops.peek() {
+            Some(Op::Put(key, value)) => self.tree.batch_ops_max(key.len(), value.len()),
+            Some(Op::Delete(key)) => self.tree.batch_ops_max(key.len(), 0),
+            None => return Ok(()),
+        }
+        .min(BARRACUDA_BATCH_OPS);
         loop {
             let mut batch = barracuda::WriteBatch::new();
-            while batch.len() < self.batch_ops {
+            while batch.len() < batch_ops {
                 match ops.next() {
                     Some(Op::Put(key, value)) => batch.put(&self.tree, &key, &value),
                     Some(Op::Delete(key)) => batch.delete(&self.tree, &key),
@@ -236,16 +214,14 @@ impl Reader for BarracudaReader {
         })
     }
 
-    /// The visitor scan: no per-entry allocation (`Tree::range` copies
-    /// each entry into owned vectors).
+    /// The visitor scan of the first `count` entries (`Tree::scan_limit`):
+    /// no per-entry allocation (`Tree::range` copies each entry into owned
+    /// vectors), and only `count` entries copied out of the leaf.
     fn scan(&self, from: &[u8], count: usize, f: &mut dyn FnMut(&[u8])) -> Result<usize> {
-        let mut seen = 0;
-        self.0.scan(from.., |_key, value| {
+        Ok(self.0.scan_limit(from.., count, |_key, value| {
             f(value);
-            seen += 1;
-            seen < count
-        })?;
-        Ok(seen)
+            true
+        })?)
     }
 
     fn len(&self) -> Result<u64> {

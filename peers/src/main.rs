@@ -483,11 +483,6 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             barracuda_tree: tree,
             barracuda_log_bytes: args.barracuda_w1_log_mib << 20,
             barracuda_io: barracuda::io::Backend::Auto,
-            barracuda_image_bytes: if args.barracuda_zlib {
-                8 << 10
-            } else {
-                16 << 10
-            },
             lmdb_no_read_ahead: false,
         };
         let pairs = (DEFAULT_PAIRS * args.scale) as usize;
@@ -520,7 +515,6 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
                 W2Io::Auto => barracuda::io::Backend::Auto,
                 W2Io::Pread => barracuda::io::Backend::Pread,
             },
-            barracuda_image_bytes: (args.barracuda_page_kib << 10) / 2,
             lmdb_no_read_ahead: true,
         };
         let pair_bytes = workloads::KEY_BYTES + workloads::LARGE_VALUE_BYTES;

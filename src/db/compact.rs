@@ -30,7 +30,7 @@ use super::{DbInner, TreeInner, TreeSlot, WriteState};
 use crate::catalog::{Catalog, TreeEntry, directory_error};
 use crate::error::{Error, Result};
 use crate::tree::{
-    BATCH_IMAGES_MORE, KeyValue, PAGES_PER_OPERATION, image_bytes, worst_case_log_bytes,
+    BATCH_IMAGES_MORE, KeyValue, batch_ops_by_pool, image_bytes, worst_case_log_bytes,
 };
 
 /// The most entries one copy batch holds: the write batches an application
@@ -196,12 +196,8 @@ impl DbInner {
 
     fn batch_limits(&self, new: &TreeInner) -> BatchLimits {
         let image = image_bytes(new);
-        let pool = new.pool();
-        let per_page = pool.config().page_size_bytes + image;
-        let by_pool = (pool.budget_bytes() / 2 / per_page).saturating_sub(BATCH_IMAGES_MORE)
-            / PAGES_PER_OPERATION;
         BatchLimits {
-            ops_max: by_pool.clamp(1, COMPACT_BATCH_OPS_MAX),
+            ops_max: batch_ops_by_pool(new).clamp(1, COMPACT_BATCH_OPS_MAX),
             log_bytes_max: self
                 .group_bytes_max()
                 .saturating_sub(BATCH_IMAGES_MORE * image),

@@ -108,8 +108,26 @@ impl<S: PageStore> Tree<S> {
         &self,
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
-        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
+        self.scan_limit(start, end, usize::MAX, visit).map(|_| ())
+    }
+
+    /// [`Tree::scan`] of at most the first `limit` entries of the range;
+    /// returns how many were visited. Only those are copied out of their
+    /// leaves: a range of ten copies ten entries, where a plain scan copies
+    /// up to `SCAN_FIRST_COPY_ENTRIES` before it learns the visitor is done.
+    pub fn scan_limit(
+        &self,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        limit: usize,
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize> {
+        let mut visited_entries = 0;
+        if limit == 0 {
+            return Ok(0);
+        }
         let window = self.config.read_ahead_pages;
         let mut copy = LeafCopy::default();
         let mut last = Vec::new();
@@ -126,10 +144,11 @@ impl<S: PageStore> Tree<S> {
             // Short scans are common (a range of ten, a `Range`'s first
             // chunk): the first leaf is copied only in part, and a scan
             // that wants more descends once more for the rest.
+            let left = limit - visited_entries;
             let copy_max = if first {
-                SCAN_FIRST_COPY_ENTRIES
+                left.min(SCAN_FIRST_COPY_ENTRIES)
             } else {
-                usize::MAX
+                left
             };
             let visited = self.forward_leaf(from, read_ahead, &mut |p| {
                 copy.clear();
@@ -151,8 +170,12 @@ impl<S: PageStore> Tree<S> {
             if read_ahead > 0 && !copy.entries.is_empty() {
                 hint_ahead(self.store.as_ref(), &mut hinted, visited);
             }
-            if !copy.visit(false, &mut visit) || copy.reached_end || copy.entries.is_empty() {
-                return Ok(());
+            let go_on = copy.visit(false, &mut |key, value| {
+                visited_entries += 1;
+                visit(key, value)
+            });
+            if !go_on || copy.reached_end || copy.entries.is_empty() || visited_entries == limit {
+                return Ok(visited_entries);
             }
             copy.edge_key(false, &mut last);
             first = false;
@@ -346,5 +369,46 @@ mod tests {
         assert_eq!(count, model.len());
         assert!(scanned(&tree, Bound::Unbounded, Bound::Unbounded).is_empty());
         tree.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_limited_scan_visits_the_first_entries_of_its_range() {
+        let (tree, model) = tree_and_model();
+        let from = key_of(1000);
+        let until = key_of(1400);
+        let in_range = modelled(&model, Bound::Included(&from), Bound::Excluded(&until));
+        // Within the first leaf, across leaves, the whole range and beyond.
+        for limit in [
+            0,
+            1,
+            10,
+            31,
+            32,
+            33,
+            200,
+            in_range.len(),
+            in_range.len() + 5,
+        ] {
+            let mut seen = Vec::new();
+            let visited = tree
+                .scan_limit(
+                    Bound::Included(&from),
+                    Bound::Excluded(&until),
+                    limit,
+                    |k, v| {
+                        seen.push((k.to_vec(), v.to_vec()));
+                        true
+                    },
+                )
+                .unwrap();
+            let expected: Entries = in_range.iter().take(limit).cloned().collect();
+            assert_eq!(visited, expected.len(), "limit {limit}");
+            assert!(seen == expected, "limit {limit}");
+        }
+        // The visitor may still stop first.
+        let visited = tree
+            .scan_limit(Bound::Included(&from), Bound::Unbounded, 50, |_, _| false)
+            .unwrap();
+        assert_eq!(visited, 1);
     }
 }

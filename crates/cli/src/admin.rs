@@ -445,6 +445,10 @@ struct TreeReport {
     /// The creation options, from the catalog.
     options: serde_json::Value,
     stats: TreeStats,
+    /// The entry count the tree's meta page keeps (`Tree::len`); `records`
+    /// in `stats` is counted by reading every leaf, and the two agree
+    /// unless the file is damaged (`barracuda check` says where).
+    len: u64,
     file_bytes: u64,
     /// Uncompressed bytes of the tree's pages per byte of its file.
     compression_ratio: f64,
@@ -491,6 +495,7 @@ fn tree_report(tree: &Tree, options: serde_json::Value) -> anyhow::Result<TreeRe
         name: tree.name().to_owned(),
         options,
         stats,
+        len: tree.len()?,
         file_bytes,
         compression_ratio,
         pool: tree.pool_status(),
@@ -547,7 +552,18 @@ fn print_tree(tree: &TreeReport, verbose: bool) {
         "  height {}, pages per level (leaves first) {:?}, overflow pages {}",
         s.height, s.pages_per_level, s.overflow_pages
     );
-    println!("  records {}, leaf fill {:.3}", s.record_count, s.leaf_fill);
+    let kept = if tree.len == s.record_count {
+        String::new()
+    } else {
+        format!(
+            " (the meta page counts {}: run `barracuda check`)",
+            tree.len
+        )
+    };
+    println!(
+        "  records {}{kept}, leaf fill {:.3}",
+        s.record_count, s.leaf_fill
+    );
     println!(
         "  file {} bytes, compression ratio {:.2} (page bytes / file bytes)",
         tree.file_bytes, tree.compression_ratio

@@ -213,6 +213,8 @@ fn stat_names_the_trees() {
     assert_eq!(trees[0]["name"], "a");
     assert_eq!(trees[0]["stats"]["record_count"], 2000);
     assert_eq!(trees[1]["stats"]["record_count"], 1000);
+    assert_eq!(trees[0]["len"], 2000);
+    assert_eq!(trees[1]["len"], 1000);
     let ratio = trees[0]["compression_ratio"].as_f64().unwrap();
     assert!(ratio > 1.0, "repetitive values compress: {ratio}");
 }
