@@ -5,6 +5,10 @@ use crate::error::{Error, Result};
 use crate::options::Durability;
 use crate::tree::{BATCH_IMAGES_MORE, Tree, batch_pinned_bytes, check_entry, image_bytes};
 
+/// Batches of fewer operations do not read their leaves ahead: they are
+/// the sample that decides whether the rest are read ahead.
+const PREFETCH_OPS_MIN: usize = barracuda_btree::PREFETCH_SAMPLE_KEYS;
+
 /// Puts and deletes on any trees of one database, applied by [`crate::Db::write`]
 /// all or nothing, also across a crash (one log group).
 ///
@@ -16,6 +20,11 @@ use crate::tree::{BATCH_IMAGES_MORE, Tree, batch_pinned_bytes, check_entry, imag
 /// blocks); a larger batch is refused with [`Error::BatchTooLarge`]
 /// before anything changes. [`Tree::batch_ops_max`] says how many
 /// operations of a given size fit.
+///
+/// Before it takes the write mutex, a batch of more than
+/// `barracuda_btree::PREFETCH_SAMPLE_KEYS` operations starts reading the
+/// leaves it will change that are not cached, as one asynchronous batch
+/// (only when a sample of them misses the pool).
 #[derive(Debug, Default)]
 pub struct WriteBatch {
     ops: Vec<(Tree, Op)>,
@@ -55,6 +64,32 @@ impl WriteBatch {
         self.ops.is_empty()
     }
 
+    /// Starts reading the leaves the batch will change, per tree, before
+    /// the write mutex is taken (`barracuda_btree::Tree::prefetch_leaves`):
+    /// with data larger than the pool, a batch of random writes then waits
+    /// for its misses in parallel, not one read at a time under the mutex.
+    /// Batches below [`PREFETCH_OPS_MIN`] skip it.
+    fn prefetch_leaves(&self) {
+        if self.ops.len() < PREFETCH_OPS_MIN {
+            return;
+        }
+        let mut done: Vec<&Tree> = Vec::new();
+        for (tree, _) in &self.ops {
+            if done.iter().any(|t| t.same_tree(tree)) {
+                continue;
+            }
+            done.push(tree);
+            let keys = self
+                .ops
+                .iter()
+                .filter(|(t, _)| t.same_tree(tree))
+                .map(|(_, op)| match op {
+                    Op::Put(key, _) | Op::Delete(key) => key.as_slice(),
+                });
+            tree.inner().tree.prefetch_leaves(keys);
+        }
+    }
+
     pub(crate) fn apply(self, db: &std::sync::Arc<DbInner>, durability: Durability) -> Result<()> {
         let mut estimated = 0usize;
         let mut image_bytes_max = 0;
@@ -91,6 +126,7 @@ impl WriteBatch {
                 limit_bytes: limit,
             });
         }
+        self.prefetch_leaves();
         db.write(durability, |writer| {
             for (tree, op) in &self.ops {
                 // Loaded under the write mutex: a compaction cannot swap

@@ -414,3 +414,52 @@ fn batch_ops_max_is_the_bound_write_applies() {
         assert_eq!(tree.len().unwrap(), max as u64);
     }
 }
+
+/// A batch of random writes to a tree larger than its pool reads its
+/// leaves ahead, as one asynchronous batch, and still writes exactly what
+/// it says.
+#[test]
+fn a_batch_reads_its_leaves_ahead() {
+    let dir = tempdir();
+    let db = small()
+        .buffer_pool_bytes(2 << 20)
+        .default_tree_options(
+            TreeOptions::default()
+                .page_size_bytes(4096)
+                .compression(Compression::None),
+        )
+        .open(dir.path())
+        .unwrap();
+    let tree = db.tree("t").unwrap();
+    let value = |i: u64| format!("{i:0200}").into_bytes();
+    let batch_ops = tree.batch_ops_max(key(0).len(), value(0).len());
+    assert!(batch_ops >= 16, "{batch_ops}");
+    // About 6 MiB of pages: three times the pool.
+    let mut i = 0u64;
+    while i < 20_000 {
+        let mut batch = WriteBatch::new();
+        for _ in 0..batch_ops.min((20_000 - i) as usize) {
+            let k = i * 7 % 20_000;
+            batch.put(&tree, &key(k), &value(k));
+            i += 1;
+        }
+        db.write(batch).unwrap();
+    }
+    let before = tree.pool_status().read_ahead;
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut batch = WriteBatch::new();
+    let mut changed = Vec::new();
+    for _ in 0..batch_ops {
+        let i = rng.random_range(0..20_000u64);
+        batch.put(&tree, &key(i), b"new");
+        changed.push(i);
+    }
+    db.write(batch).unwrap();
+    let read_ahead = tree.pool_status().read_ahead - before;
+    assert!(read_ahead > 0, "no leaf was read ahead");
+    for i in changed {
+        assert_eq!(tree.get(&key(i)).unwrap().as_deref(), Some(&b"new"[..]));
+    }
+    assert_eq!(tree.len().unwrap(), 20_000);
+    db.check().unwrap();
+}

@@ -83,4 +83,4 @@ pub use page::{
 };
 pub use pool_store::{LsnCounter, LsnMode, META_PAGE_ID, PoolExclusive, PoolStore};
 pub use store::{Fit, MemStore, OpContext, PageStore, PageWrite};
-pub use tree::{SplitCounts, SplitPolicy, Tree, TreeConfig};
+pub use tree::{PREFETCH_SAMPLE_KEYS, SplitCounts, SplitPolicy, Tree, TreeConfig};

@@ -604,10 +604,10 @@ impl PageStore for PoolStore {
             .map_err(pool_error)
     }
 
-    fn prefetch(&self, page_ids: &[PageId]) {
+    fn prefetch(&self, page_ids: &[PageId]) -> usize {
         // Asynchronous read-ahead through the file layer's read threads;
         // it never blocks on a latch and drops its own errors.
-        self.pool.prefetch(page_ids);
+        self.pool.prefetch(page_ids)
     }
 
     fn free_page_ids(&self) -> Vec<PageId> {

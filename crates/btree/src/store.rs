@@ -275,10 +275,12 @@ pub trait PageStore: Send + Sync {
 
     /// A hint that these pages will be read soon (a range scan about to
     /// reach them), so the store may start reading them asynchronously.
-    /// Must never block on a page latch and never fail; the default ignores
-    /// it.
-    fn prefetch(&self, page_ids: &[PageId]) {
+    /// Must never block on a page latch and never fail. Returns how many
+    /// reads it started (none for pages already cached); the default
+    /// ignores the hint and returns 0.
+    fn prefetch(&self, page_ids: &[PageId]) -> usize {
         let _ = page_ids;
+        0
     }
 
     /// Called once per tree operation, after all its latches were released,

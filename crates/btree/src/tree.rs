@@ -286,6 +286,10 @@ fn strip_offsets(recs: &[RecBuf]) -> Vec<RecBuf> {
         .collect()
 }
 
+/// Keys whose leaves [`Tree::prefetch_leaves`] reads ahead before it
+/// decides whether the rest are worth the descents.
+pub const PREFETCH_SAMPLE_KEYS: usize = 8;
+
 impl<S: PageStore> Tree<S> {
     /// Creates an empty tree: allocates its root page.
     pub fn create(store: Arc<S>, config: TreeConfig) -> Result<Self> {
@@ -425,6 +429,61 @@ impl<S: PageStore> Tree<S> {
             id = page::child_for(&g, key).1;
             let child = self.store.fix_shared(id)?;
             g = child;
+        }
+    }
+
+    /// Starts reading the leaves that `keys` fall in, asynchronously (a
+    /// batch about to change them): the descents fix internal pages as
+    /// usual, and the leaves go to [`PageStore::prefetch`], so a batch of
+    /// random writes to data larger than the cache waits for its leaves'
+    /// reads together instead of one after another. The leaves of the first
+    /// [`PREFETCH_SAMPLE_KEYS`] keys go first: if all of them are cached,
+    /// the rest most likely are too, and their descents would cost more
+    /// than they save. A hint: an unreadable internal page ends it silently
+    /// (the write that follows reports the error), and it never waits for
+    /// a leaf. Returns how many reads it started.
+    pub fn prefetch_leaves<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> usize {
+        let mut keys = keys.into_iter();
+        let sample = self.leaf_ids_for(keys.by_ref().take(PREFETCH_SAMPLE_KEYS));
+        let started = self.store.prefetch(&sample);
+        if started == 0 {
+            return 0;
+        }
+        started + self.store.prefetch(&self.leaf_ids_for(keys))
+    }
+
+    /// The distinct leaves `keys` fall in (see [`Tree::leaf_id_for`]),
+    /// sorted; as many as were found before an error.
+    fn leaf_ids_for<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Vec<PageId> {
+        let mut leaves = Vec::new();
+        for key in keys {
+            match self.leaf_id_for(key) {
+                Ok(Some(leaf)) => leaves.push(leaf),
+                // The root is the only leaf, and it is cached.
+                Ok(None) | Err(_) => break,
+            }
+        }
+        leaves.sort_unstable();
+        leaves.dedup();
+        leaves
+    }
+
+    /// The id of the leaf `key` falls in, read from its parent without
+    /// fixing the leaf; `None` when the root is a leaf.
+    fn leaf_id_for(&self, key: &[u8]) -> Result<Option<PageId>> {
+        let mut g = self.store.fix_shared(self.root)?;
+        let mut id = self.root;
+        loop {
+            expect_node(&g, id)?;
+            if page::is_leaf(&g) {
+                return Ok(None);
+            }
+            let child = page::child_for(&g, key).1;
+            if page::level(&g) == 1 {
+                return Ok(Some(child));
+            }
+            id = child;
+            g = self.store.fix_shared(id)?;
         }
     }
 

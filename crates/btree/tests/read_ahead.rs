@@ -46,8 +46,9 @@ impl PageStore for Recording {
     ) -> Result<bool> {
         self.inner.would_fit(guard, image, op)
     }
-    fn prefetch(&self, page_ids: &[PageId]) {
+    fn prefetch(&self, page_ids: &[PageId]) -> usize {
         self.hints.lock().push(page_ids.to_vec());
+        0
     }
     fn entry_count(&self) -> Result<Option<u64>> {
         self.inner.entry_count()
