@@ -13,9 +13,13 @@
 //!     16    8 checkpoint_lsn   recovery replays the log from here
 //!     24    8 ring_bytes       size of the log ring; must match on open
 //!     32    4 payload_len      bytes of payload that follow the header
-//!     36    4 crc32c           over [0, 40 + payload_len) with this field zero
-//!     40    . payload          opaque to the log (the Db's catalog root, ...)
+//!     36    4 crc32c           over [0, 48 + payload_len) with this field zero
+//!     40    4 flags            bit 0: the ring was cut off at a clean close
+//!     44    4 reserved         zero
+//!     48    . payload          opaque to the log (the Db's catalog root, ...)
 //! ```
+//!
+//! Version 1 slots (no flags, the payload at 40) are still read.
 
 use barracuda_codec::Lsn;
 
@@ -25,10 +29,17 @@ use crate::error::{Error, Result};
 pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"BRCK");
 
 /// Version of the slot layout above.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 2;
 
 /// Bytes of a slot header before the payload.
-pub const CHECKPOINT_HEADER_BYTES: usize = 40;
+pub const CHECKPOINT_HEADER_BYTES: usize = 48;
+
+/// Bytes of a version 1 slot header (no flags).
+const CHECKPOINT_V1_HEADER_BYTES: usize = 40;
+
+/// Flag: the log was empty after the checkpoint and its ring was cut off
+/// from the file at a clean close; opening re-makes it.
+const FLAG_RING_CUT: u32 = 1;
 
 /// Largest payload: a slot must fit one 512-byte sector, the unit the
 /// storage writes atomically.
@@ -46,6 +57,11 @@ pub struct Checkpoint {
     pub lsn: Lsn,
     /// Size of the log ring the slot was written for.
     pub ring_bytes: u64,
+    /// The log held nothing after `lsn` and its ring was cut off from the
+    /// file at a clean close (the file is the two slots alone); opening
+    /// re-makes the ring. A file shorter than its ring without this flag
+    /// is damage.
+    pub ring_cut: bool,
     /// Opaque bytes for the layer above (at most
     /// [`CHECKPOINT_PAYLOAD_BYTES_MAX`]).
     pub payload: Vec<u8>,
@@ -64,6 +80,8 @@ impl Checkpoint {
         sector[24..32].copy_from_slice(&self.ring_bytes.to_le_bytes());
         let payload_len = u32::try_from(self.payload.len()).expect("bounded payload");
         sector[32..36].copy_from_slice(&payload_len.to_le_bytes());
+        let flags = if self.ring_cut { FLAG_RING_CUT } else { 0 };
+        sector[40..44].copy_from_slice(&flags.to_le_bytes());
         let end = CHECKPOINT_HEADER_BYTES + self.payload.len();
         sector[CHECKPOINT_HEADER_BYTES..end].copy_from_slice(&self.payload);
         let crc = crc32c::crc32c(&sector[..end]);
@@ -90,25 +108,31 @@ impl Checkpoint {
         if u32_at(0) != CHECKPOINT_MAGIC {
             return Err(corrupted("bad magic"));
         }
-        if u32_at(4) != CHECKPOINT_FORMAT_VERSION {
-            return Err(corrupted("unknown format version"));
-        }
+        let (header_bytes, flags) = match u32_at(4) {
+            1 => (CHECKPOINT_V1_HEADER_BYTES, 0),
+            CHECKPOINT_FORMAT_VERSION => (CHECKPOINT_HEADER_BYTES, u32_at(40)),
+            _ => return Err(corrupted("unknown format version")),
+        };
         let payload_len = u32_at(32) as usize;
-        if payload_len > CHECKPOINT_PAYLOAD_BYTES_MAX {
+        if header_bytes + payload_len > sector.len().min(512) {
             return Err(corrupted("payload length too large"));
         }
-        let end = CHECKPOINT_HEADER_BYTES + payload_len;
+        let end = header_bytes + payload_len;
         let crc = crc32c::crc32c(&sector[..CRC_OFFSET]);
         let crc = crc32c::crc32c_append(crc, &[0; 4]);
         let crc = crc32c::crc32c_append(crc, &sector[CRC_OFFSET + 4..end]);
         if crc != u32_at(CRC_OFFSET) {
             return Err(corrupted("checksum mismatch"));
         }
+        if flags & !FLAG_RING_CUT != 0 {
+            return Err(corrupted("unknown flags"));
+        }
         Ok(Some(Checkpoint {
             sequence: u64_at(8),
             lsn: Lsn(u64_at(16)),
             ring_bytes: u64_at(24),
-            payload: sector[CHECKPOINT_HEADER_BYTES..end].to_vec(),
+            ring_cut: flags & FLAG_RING_CUT != 0,
+            payload: sector[header_bytes..end].to_vec(),
         }))
     }
 }
@@ -141,6 +165,7 @@ mod tests {
             sequence,
             lsn: Lsn(4096 * sequence),
             ring_bytes: 1 << 20,
+            ring_cut: sequence % 2 == 1,
             payload: b"catalog".to_vec(),
         }
     }
@@ -177,5 +202,48 @@ mod tests {
         let zero = [0u8; 512];
         let chosen = newest([Checkpoint::decode(&zero, 0), Checkpoint::decode(&zero, 1)]).unwrap();
         assert_eq!(chosen, None);
+    }
+
+    #[test]
+    fn a_version_1_slot_still_reads() {
+        // Version 1: the payload right after a 40-byte header, no flags.
+        let mut v1 = [0u8; 512];
+        v1[0..4].copy_from_slice(&CHECKPOINT_MAGIC.to_le_bytes());
+        v1[4..8].copy_from_slice(&1u32.to_le_bytes());
+        v1[8..16].copy_from_slice(&7u64.to_le_bytes());
+        v1[16..24].copy_from_slice(&8192u64.to_le_bytes());
+        v1[24..32].copy_from_slice(&(1u64 << 20).to_le_bytes());
+        v1[32..36].copy_from_slice(&3u32.to_le_bytes());
+        v1[40..43].copy_from_slice(b"abc");
+        let crc = crc32c::crc32c(&v1[..43]);
+        v1[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        let read = Checkpoint::decode(&v1, 0).unwrap().unwrap();
+        assert_eq!(
+            read,
+            Checkpoint {
+                sequence: 7,
+                lsn: Lsn(8192),
+                ring_bytes: 1 << 20,
+                ring_cut: false,
+                payload: b"abc".to_vec(),
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_flags_are_corruption() {
+        let mut slot = [0u8; 512];
+        checkpoint(2).encode(&mut slot);
+        slot[41] = 0x80;
+        let crc = {
+            let c = crc32c::crc32c(&slot[..CRC_OFFSET]);
+            let c = crc32c::crc32c_append(c, &[0; 4]);
+            crc32c::crc32c_append(c, &slot[CRC_OFFSET + 4..CHECKPOINT_HEADER_BYTES + 7])
+        };
+        slot[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Checkpoint::decode(&slot, 0),
+            Err(Error::CheckpointCorrupted { slot: 0, .. })
+        ));
     }
 }

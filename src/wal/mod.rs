@@ -257,17 +257,45 @@ impl Wal {
             );
             layout.ring_bytes = ring_bytes;
         }
-        if file.len()? < layout.file_len_bytes() {
-            return Err(Error::LogCorrupted {
-                lsn: checkpoint.lsn,
-                reason: "log file shorter than its ring",
-            });
+        let mut checkpoint = checkpoint;
+        let ring_made = file.len()? < layout.file_len_bytes();
+        if ring_made {
+            if !checkpoint.ring_cut {
+                return Err(Error::LogCorrupted {
+                    lsn: checkpoint.lsn,
+                    reason: "log file shorter than its ring",
+                });
+            }
+            // Cut off at a clean close, with nothing after the checkpoint:
+            // make the ring again (zeros: an empty log), then clear the
+            // flag before anything is appended, so that a file found short
+            // later is damage again.
+            file.set_len(layout.file_len_bytes())?;
+            file.sync_data()?;
+            checkpoint = Checkpoint {
+                sequence: checkpoint.sequence + 1,
+                ring_cut: false,
+                ..checkpoint
+            };
+            write_checkpoint(
+                file.as_ref(),
+                &layout,
+                (checkpoint.sequence % 2) as usize,
+                &checkpoint,
+            )?;
         }
-        let mut reader = Reader::new(file.as_ref(), layout, checkpoint.lsn.0);
-        let end_lsn = reader.replay(&mut apply)?;
-        reader.check_nothing_synced_after(end_lsn, checkpoint.lsn.0)?;
-        let window = options.buffer_bytes_max as u64 + GROUP_BYTES_MAX as u64;
-        clean_tail(file.as_ref(), &layout, end_lsn, checkpoint.lsn.0, window)?;
+        let end_lsn = if ring_made {
+            // A ring made just now is zeros: nothing to replay, no synced
+            // record to look for after the end, no tail to clean.
+            checkpoint.lsn.0
+        } else {
+            let mut reader = Reader::new(file.as_ref(), layout, checkpoint.lsn.0);
+            let end_lsn = reader.replay(&mut apply)?;
+            reader.check_nothing_synced_after(end_lsn, checkpoint.lsn.0)?;
+            let window = options.buffer_bytes_max as u64 + GROUP_BYTES_MAX as u64;
+            clean_tail(file.as_ref(), &layout, end_lsn, checkpoint.lsn.0, window)?;
+            end_lsn
+        };
         let start = layout.round_up(end_lsn);
         tracing::debug!(
             checkpoint = checkpoint.lsn.0,
@@ -494,6 +522,7 @@ impl Wal {
                 sequence: state.checkpoint.sequence + 1,
                 lsn,
                 ring_bytes: self.layout.ring_bytes,
+                ring_cut: false,
                 payload: payload.to_vec(),
             }
         };
@@ -508,6 +537,39 @@ impl Wal {
         state.stats.checkpoint_lsn = lsn.0;
         state.checkpoint = next;
         Ok(())
+    }
+
+    /// At a clean close, after the last checkpoint: if the log holds
+    /// nothing after it, records that in a new checkpoint slot (the same
+    /// LSN and payload, [`Checkpoint::ring_cut`] set), then cuts the ring
+    /// off the file, which keeps only its two slots: a closed database does
+    /// not keep `log_bytes` of log it will never replay. [`Wal::open`]
+    /// makes the ring again. A crash between the two steps leaves a whole
+    /// ring and a flag that means nothing then. Returns whether it cut. The
+    /// log must take no more appends.
+    pub fn cut_ring_at_close(&self) -> Result<bool> {
+        let _checkpointing = self.checkpoint_lock.lock();
+        let next = {
+            let state = self.state.lock();
+            check_failure(&state)?;
+            // Nothing but a flush's sector padding after the checkpoint.
+            let empty_after = state.buffer.is_empty()
+                && state.buffer_lsn <= self.layout.round_up(state.checkpoint.lsn.0);
+            if !empty_after || state.flushing {
+                return Ok(false);
+            }
+            Checkpoint {
+                sequence: state.checkpoint.sequence + 1,
+                ring_cut: true,
+                ..state.checkpoint.clone()
+            }
+        };
+        let slot = (next.sequence % 2) as usize;
+        write_checkpoint(self.file.as_ref(), &self.layout, slot, &next)?;
+        self.file.set_len(self.layout.ring_start_bytes)?;
+        self.file.sync_data()?;
+        self.state.lock().checkpoint = next;
+        Ok(true)
     }
 
     /// The newest checkpoint written.
@@ -560,6 +622,7 @@ fn create(file: &dyn BlockFile, layout: &Layout) -> Result<Checkpoint> {
         sequence: 0,
         lsn: layout.first_lsn(),
         ring_bytes: layout.ring_bytes,
+        ring_cut: false,
         payload: Vec::new(),
     };
     write_checkpoint(file, layout, 0, &checkpoint)?;

@@ -365,3 +365,82 @@ fn a_failed_sync_poisons_the_log() {
         Err(Error::LogFailed { .. })
     ));
 }
+
+#[test]
+fn a_clean_close_cuts_the_ring_and_open_makes_it_again() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let mut rng = SmallRng::seed_from_u64(12);
+    let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
+    let full_len = file.len().unwrap();
+    let mut end = Lsn(0);
+    for n in 0..20 {
+        end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
+    }
+    // Groups after the checkpoint: nothing is cut.
+    wal.flush_to(end).unwrap();
+    assert!(!wal.cut_ring_at_close().unwrap());
+    assert_eq!(file.len().unwrap(), full_len);
+    wal.checkpoint(end, b"root").unwrap();
+    assert!(wal.cut_ring_at_close().unwrap());
+    let cut_len = file.len().unwrap();
+    assert!(cut_len < 16 << 10, "{cut_len} bytes left");
+    drop(wal);
+    let (wal, checkpoint) = Wal::open(file.clone(), &small(), |_| {
+        panic!("an empty log replays nothing")
+    })
+    .unwrap();
+    assert_eq!(file.len().unwrap(), full_len);
+    assert_eq!(
+        (checkpoint.lsn, &checkpoint.payload[..]),
+        (end, &b"root"[..])
+    );
+    assert!(!checkpoint.ring_cut);
+    // The log goes on after it, and replays what it was given since.
+    for n in 20..30 {
+        end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
+    }
+    wal.flush_to(end).unwrap();
+    drop(wal);
+    let (_, seen) = replay(file.clone(), &small()).unwrap();
+    assert_eq!(seen, (20..30).collect::<Vec<_>>());
+    // Opening cleared the flag: a log cut short now is damage.
+    file.set_len(cut_len).unwrap();
+    assert!(matches!(
+        Wal::open(file, &small(), |_| Ok(())),
+        Err(Error::LogCorrupted { .. })
+    ));
+}
+
+#[test]
+fn a_crash_between_the_flag_and_the_cut_opens_normally() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
+    let end = wal.next_lsn();
+    wal.checkpoint(end, b"").unwrap();
+    let last = wal.last_checkpoint();
+    drop(wal);
+    // What `cut_ring_at_close` writes first; the crash comes before the cut.
+    let flagged = Checkpoint {
+        sequence: last.sequence + 1,
+        ring_cut: true,
+        ..last
+    };
+    let layout = Layout::new(file.as_ref(), &small()).unwrap();
+    write_checkpoint(
+        file.as_ref(),
+        &layout,
+        (flagged.sequence % 2) as usize,
+        &flagged,
+    )
+    .unwrap();
+    let full_len = file.len().unwrap();
+    let (wal, checkpoint) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
+    assert!(checkpoint.ring_cut, "the flag was written");
+    assert_eq!(file.len().unwrap(), full_len);
+    let mut rng = SmallRng::seed_from_u64(3);
+    let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
+    wal.flush_to(range.end).unwrap();
+    drop(wal);
+    let (_, seen) = replay(file, &small()).unwrap();
+    assert_eq!(seen, vec![0]);
+}
