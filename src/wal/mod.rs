@@ -187,8 +187,8 @@ struct State {
     stats: WalStats,
     /// The aligned buffer of the last flush, kept for the next one (a
     /// fresh multi-megabyte buffer per flush cost page faults and zeroing:
-    /// a tenth of a bulk load's CPU). Not kept above
-    /// [`FLUSH_BUF_KEPT_BYTES_MAX`].
+    /// `AlignedBuf::zeroed` fell from 4.1 % to 2.1 % of a bulk load's
+    /// profile). Not kept above [`FLUSH_BUF_KEPT_BYTES_MAX`].
     flush_buf: Option<AlignedBuf>,
 }
 
