@@ -497,3 +497,40 @@ fn a_closed_database_keeps_no_log_ring() {
     );
     db.check().unwrap();
 }
+
+/// A fresh log ring is a file hole; the log writes zeros a few MiB ahead of
+/// itself, so that its syncs do not allocate blocks one commit at a time.
+/// Checked through the blocks the file system allocated for `wal.log`.
+#[test]
+fn a_fresh_log_ring_is_written_ahead_of_the_log() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempdir();
+    let log = dir.path().join(barracuda::LOG_FILE_NAME);
+    let allocated = || std::fs::metadata(&log).unwrap().blocks() * 512;
+    for reopen in [false, true] {
+        let db = small()
+            .durability(Durability::Sync)
+            .open(dir.path())
+            .unwrap();
+        let tree = db.tree("t").unwrap();
+        tree.put(b"first", b"write").unwrap();
+        let after_one = allocated();
+        assert!(
+            (4 << 20..16 << 20).contains(&after_one),
+            "reopen {reopen}: {after_one} bytes allocated after one write"
+        );
+        // Past the zeroed part, the next flush zeros further ahead.
+        let start = db.log_stats().next_lsn;
+        let mut i = 0u64;
+        while db.log_stats().next_lsn < start + (5 << 20) {
+            tree.put(&key(i), &[7; 2000]).unwrap();
+            i += 1;
+        }
+        assert!(
+            allocated() > after_one.max(5 << 20),
+            "reopen {reopen}: {} bytes allocated after 5 MiB of log",
+            allocated()
+        );
+        db.close().unwrap();
+    }
+}
