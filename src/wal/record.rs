@@ -150,13 +150,14 @@ impl RedoGroup {
         let block_len = u32::try_from(block.len()).expect("a block is smaller than 4 GiB");
         self.body.extend_from_slice(&block_len.to_le_bytes());
         self.body.extend_from_slice(&0u32.to_le_bytes());
-        for segment in nonzero_segments(block) {
+        let body = &mut self.body;
+        for_nonzero_segments(block, |segment| {
             let offset = u32::try_from(segment.start).expect("inside the block");
             let len = u32::try_from(segment.len()).expect("inside the block");
-            self.body.extend_from_slice(&offset.to_le_bytes());
-            self.body.extend_from_slice(&len.to_le_bytes());
-            self.body.extend_from_slice(&block[segment]);
-        }
+            body.extend_from_slice(&offset.to_le_bytes());
+            body.extend_from_slice(&len.to_le_bytes());
+            body.extend_from_slice(&block[segment]);
+        });
         self.finish_entry(start);
         self.open_patches = None;
     }
@@ -353,13 +354,14 @@ fn check_patches(mut body: &[u8]) -> std::result::Result<(), &'static str> {
     Ok(())
 }
 
-/// The ranges of `block` a sparse image keeps: everything but the runs of
-/// at least [`ZERO_RUN_BYTES_MIN`] zero bytes made of whole aligned words.
-fn nonzero_segments(block: &[u8]) -> Vec<std::ops::Range<usize>> {
+/// Calls `keep` on each range of `block` a sparse image keeps, in order:
+/// everything but the runs of at least [`ZERO_RUN_BYTES_MIN`] zero bytes
+/// made of whole aligned words. (No allocation: it runs under the write
+/// mutex, once per image.)
+fn for_nonzero_segments(block: &[u8], mut keep: impl FnMut(std::ops::Range<usize>)) {
     const WORD: usize = 8;
     let words = block.len() / WORD;
     let zero_at = |word: usize| block[word * WORD..(word + 1) * WORD] == [0; WORD];
-    let mut segments = Vec::new();
     let mut kept_from = 0;
     let mut word = 0;
     while word < words {
@@ -373,15 +375,14 @@ fn nonzero_segments(block: &[u8]) -> Vec<std::ops::Range<usize>> {
         }
         if (word - run_start) * WORD >= ZERO_RUN_BYTES_MIN {
             if kept_from < run_start * WORD {
-                segments.push(kept_from..run_start * WORD);
+                keep(kept_from..run_start * WORD);
             }
             kept_from = word * WORD;
         }
     }
     if kept_from < block.len() {
-        segments.push(kept_from..block.len());
+        keep(kept_from..block.len());
     }
-    segments
 }
 
 /// Rebuilds a sparse block's bytes from its entry body.
