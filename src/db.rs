@@ -421,15 +421,28 @@ impl Db {
     /// Needs free disk space for a second copy of the tree (its compacted
     /// size), and as much log as it copies between checkpoints.
     pub fn compact(&self, name: &str) -> Result<CompactStats> {
-        self.compact_with_progress(name, |_| {})
+        self.compact_with_progress(name, |_| true)
     }
 
     /// [`Db::compact`], calling `progress(entries copied so far)` after
-    /// each batch.
+    /// each batch. Writers wait while a compaction runs; `progress`
+    /// returning `false` cancels it: the new file is deleted, the tree is
+    /// unchanged, and the call returns [`Error::CompactionCancelled`].
+    ///
+    /// ```no_run
+    /// # let db = barracuda::Db::open("/var/lib/myapp/db")?;
+    /// let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    /// match db.compact_with_progress("t", |_copied| std::time::Instant::now() < deadline) {
+    ///     Ok(stats) => println!("{} -> {} bytes", stats.file_bytes_before, stats.file_bytes_after),
+    ///     Err(barracuda::Error::CompactionCancelled { .. }) => println!("later, then"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok::<(), barracuda::Error>(())
+    /// ```
     pub fn compact_with_progress(
         &self,
         name: &str,
-        mut progress: impl FnMut(u64),
+        mut progress: impl FnMut(u64) -> bool,
     ) -> Result<CompactStats> {
         self.inner.check_open()?;
         match self.inner.compact(name, &mut progress, None)? {
@@ -454,7 +467,7 @@ impl Db {
     #[doc(hidden)]
     pub fn compact_interrupted(&self, name: &str, step: CompactStep) -> Result<()> {
         self.inner.check_open()?;
-        self.inner.compact(name, &mut |_| {}, Some(step))?;
+        self.inner.compact(name, &mut |_| true, Some(step))?;
         Ok(())
     }
 

@@ -41,6 +41,15 @@ pub enum Error {
         /// What differs.
         reason: String,
     },
+    /// [`crate::Db::compact_with_progress`]'s callback returned `false`:
+    /// the new file was deleted and the tree is as it was.
+    #[error(
+        "compaction of tree {name:?} cancelled by its progress callback; the tree is unchanged"
+    )]
+    CompactionCancelled {
+        /// The tree.
+        name: String,
+    },
     /// A batch (or a single value) could need more log than one atomic group
     /// may hold; split it.
     #[error(

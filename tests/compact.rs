@@ -232,3 +232,39 @@ fn crash_after_each_compaction_step_reopens_old_or_new_tree() {
         db.close().unwrap();
     }
 }
+
+/// A progress callback that returns false cancels the compaction: the new
+/// file is gone, the tree and its file are as they were, writers go on,
+/// and a later compaction (and a reopen) work.
+#[test]
+fn a_compaction_cancelled_by_its_callback_changes_nothing() {
+    let dir = tempdir();
+    let db = options().open(dir.path()).unwrap();
+    let tree = db.tree("t").unwrap();
+    let mut model = fill_and_thin(&tree, 20_000, 4);
+    let file_bytes = tree.file_bytes().unwrap();
+    let mut calls = 0;
+    let cancelled = db.compact_with_progress("t", |copied| {
+        calls += 1;
+        assert!(copied > 0);
+        calls < 2
+    });
+    assert!(
+        matches!(&cancelled, Err(barracuda::Error::CompactionCancelled { name }) if name == "t"),
+        "{cancelled:?}"
+    );
+    assert_eq!(calls, 2, "stopped at the second batch");
+    assert_eq!(tree_files(dir.path()), ["tree-00001.bdb"]);
+    assert_eq!(tree.file_bytes().unwrap(), file_bytes);
+    assert_same(&tree, &model);
+    tree.put(b"after", b"cancel").unwrap();
+    model.insert(b"after".to_vec(), b"cancel".to_vec());
+    db.check().unwrap();
+    let stats = db.compact("t").unwrap();
+    assert_eq!(stats.entries, model.len() as u64);
+    assert_same(&tree, &model);
+    db.close().unwrap();
+    let db = options().open(dir.path()).unwrap();
+    assert_same(&db.open_tree("t").unwrap(), &model);
+    db.check().unwrap();
+}

@@ -85,7 +85,7 @@ impl DbInner {
     pub(crate) fn compact(
         &self,
         name: &str,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut dyn FnMut(u64) -> bool,
         stop: Option<CompactStep>,
     ) -> Result<Option<CompactStats>> {
         self.check_failure()?;
@@ -136,7 +136,7 @@ impl DbInner {
         state: &mut WriteState,
         old: &TreeInner,
         new: &Arc<TreeInner>,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut dyn FnMut(u64) -> bool,
         stop: Option<CompactStep>,
     ) -> Result<Option<u64>> {
         if stop == Some(CompactStep::Formatted) {
@@ -160,7 +160,13 @@ impl DbInner {
                         return false;
                     }
                     batch_log_bytes = 0;
-                    copied = self.copied(copied, &mut batch, progress);
+                    copied = match self.copied(&new.entry.name, copied, &mut batch, progress) {
+                        Ok(copied) => copied,
+                        Err(e) => {
+                            failed = Some(e);
+                            return false;
+                        }
+                    };
                     if stop == Some(CompactStep::FirstBatch) {
                         stopped = true;
                         return false;
@@ -178,7 +184,7 @@ impl DbInner {
             return Ok(None);
         }
         self.insert_batch(state, new, &mut batch)?;
-        copied = self.copied(copied, &mut batch, progress);
+        copied = self.copied(&new.entry.name, copied, &mut batch, progress)?;
         if stop == Some(CompactStep::FirstBatch) || stop == Some(CompactStep::Copied) {
             return Ok(None);
         }
@@ -187,11 +193,21 @@ impl DbInner {
         Ok(Some(copied))
     }
 
-    fn copied(&self, copied: u64, batch: &mut Vec<KeyValue>, progress: &mut dyn FnMut(u64)) -> u64 {
+    /// Counts a copied batch and reports it; `CompactionCancelled` if the
+    /// callback says stop.
+    fn copied(
+        &self,
+        name: &str,
+        copied: u64,
+        batch: &mut Vec<KeyValue>,
+        progress: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<u64> {
         let copied = copied + batch.len() as u64;
         batch.clear();
-        progress(copied);
-        copied
+        if !progress(copied) {
+            return Err(Error::CompactionCancelled { name: name.into() });
+        }
+        Ok(copied)
     }
 
     fn batch_limits(&self, new: &TreeInner) -> BatchLimits {

@@ -274,7 +274,10 @@ fn compact(args: &DumpArgs) -> anyhow::Result<()> {
         );
         bar.set_message(format!("compacting {name}:"));
         let stats = db
-            .compact_with_progress(name, |entries| bar.set_position(entries))
+            .compact_with_progress(name, |entries| {
+                bar.set_position(entries);
+                true
+            })
             .with_context(|| format!("compacting tree {name:?}"))?;
         bar.finish_and_clear();
         println!(
