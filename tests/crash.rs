@@ -4,6 +4,9 @@
 //! every acknowledged write is there, `check` is clean and `len` counts
 //! exactly the entries found. The state carries
 //! over from cycle to cycle, so later cycles crash recovered databases.
+//! The child also compacts the tree every [`COMPACT_EVERY`] writes, so some
+//! kills land inside a compaction: the reopened tree must still hold
+//! exactly the acknowledged writes, in one tree file.
 //!
 //! 50 cycles by default; `BARRACUDA_CRASH_CYCLES=1000` for the long run.
 
@@ -25,6 +28,8 @@ const CYCLES_VAR: &str = "BARRACUDA_CRASH_CYCLES";
 const CYCLES_DEFAULT: u64 = 50;
 /// Distinct keys: small enough that updates and deletes hit existing keys.
 const KEY_SPACE: u64 = 5000;
+/// The child compacts its tree after this many writes.
+const COMPACT_EVERY: u64 = 400;
 
 fn options() -> barracuda::Options {
     Db::options()
@@ -63,6 +68,13 @@ fn crash_child() {
     // The test harness printed "test crash_child ... " without a newline.
     writeln!(out).unwrap();
     for step in 0.. {
+        if step % COMPACT_EVERY == COMPACT_EVERY - 1 {
+            // Changes no entry: the model is unaffected, whenever the kill.
+            writeln!(out, "compacting").unwrap();
+            out.flush().unwrap();
+            db.compact("crash").unwrap();
+            writeln!(out, "compacted").unwrap();
+        }
         let i = rng.random_range(0..KEY_SPACE);
         writeln!(out, "begin {i}").unwrap();
         out.flush().unwrap();
@@ -86,6 +98,7 @@ fn run_child(
     model: &mut BTreeMap<u64, Vec<u8>>,
     acknowledged: &mut usize,
     output: &mut Vec<String>,
+    killed_compacting: &mut usize,
 ) -> Option<u64> {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
@@ -108,6 +121,10 @@ fn run_child(
     child.wait().unwrap();
     let mut in_flight = None;
     *output = reader.join().unwrap();
+    let last_compaction = output.iter().rev().find(|line| line.starts_with("compact"));
+    if last_compaction.is_some_and(|line| line == "compacting") {
+        *killed_compacting += 1;
+    }
     for line in output.iter() {
         let parts: Vec<&str> = line.split(' ').collect();
         match parts.as_slice() {
@@ -139,6 +156,7 @@ fn sigkill_loses_no_acknowledged_write() {
     let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     let started = Instant::now();
     let mut acknowledged_total = 0usize;
+    let mut killed_compacting = 0usize;
     for cycle in 0..cycles {
         let run = Duration::from_millis(rng.random_range(30..400));
         let previous = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -156,10 +174,20 @@ fn sigkill_loses_no_acknowledged_write() {
             &mut model,
             &mut acknowledged_total,
             &mut last_output,
+            &mut killed_compacting,
         );
         let db = options().open(dir.path()).unwrap();
         db.check()
             .unwrap_or_else(|e| panic!("cycle {cycle}: check failed: {e}"));
+        // A compaction the kill interrupted left no second tree file.
+        let tree_files = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_string_lossy().starts_with("tree-")
+            })
+            .count();
+        assert_eq!(tree_files, 1, "cycle {cycle}: tree files after recovery");
         let tree = db.tree("crash").unwrap();
         let mut found = BTreeMap::new();
         for entry in tree.iter() {
@@ -224,8 +252,14 @@ fn sigkill_loses_no_acknowledged_write() {
         }
         db.close().unwrap();
     }
+    // About a quarter of the kills land inside a compaction (21 of 80 in
+    // one run): with 50 cycles, none at all would mean the test lost its
+    // point.
+    if cycles >= CYCLES_DEFAULT {
+        assert!(killed_compacting > 0, "no kill landed inside a compaction");
+    }
     eprintln!(
-        "{cycles} SIGKILL cycles, {acknowledged_total} acknowledged writes, all present; {} keys at the end, {:.1} s",
+        "{cycles} SIGKILL cycles ({killed_compacting} inside a compaction), {acknowledged_total} acknowledged writes, all present; {} keys at the end, {:.1} s",
         model.len(),
         started.elapsed().as_secs_f64()
     );
