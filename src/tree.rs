@@ -427,18 +427,24 @@ pub struct Range {
 }
 
 impl Range {
-    /// Copies the next chunk of entries from the front: a visitor scan
-    /// (`Tree::scan` of the B+tree) that copies only the entries it keeps.
+    /// Copies the next chunk of entries from the front: a limited visitor
+    /// scan (`Tree::scan_limit` of the B+tree) that copies only the entries
+    /// it keeps.
     fn fill_front(&mut self) -> Result<()> {
         self.tree.db.check_open()?;
         let inner = self.tree.inner();
         let (chunk, buf) = (self.chunk, &mut self.front_buf);
-        inner
-            .tree
-            .scan(borrowed(&self.front), borrowed(&self.back), |key, value| {
+        // `scan_limit`: only `chunk` entries leave their leaves (a `scan`
+        // stopped by its visitor would copy up to a leaf's worth first).
+        inner.tree.scan_limit(
+            borrowed(&self.front),
+            borrowed(&self.back),
+            chunk.saturating_sub(buf.len()),
+            |key, value| {
                 buf.push_back((key.to_vec(), value.to_vec()));
-                buf.len() < chunk
-            })?;
+                true
+            },
+        )?;
         self.chunk = (self.chunk * 2).min(RANGE_CHUNK_ENTRIES_MAX);
         match self.front_buf.back() {
             Some((key, _)) => self.front = Bound::Excluded(key.clone()),
