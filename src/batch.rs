@@ -21,7 +21,7 @@ const PREFETCH_OPS_MIN: usize = barracuda_btree::PREFETCH_SAMPLE_KEYS;
 /// before anything changes. [`Tree::batch_ops_max`] says how many
 /// operations of a given size fit.
 ///
-/// Before it takes the write mutex, a batch of more than
+/// Before it takes the write mutex, a batch of at least
 /// `barracuda_btree::PREFETCH_SAMPLE_KEYS` operations starts reading the
 /// leaves it will change that are not cached, as one asynchronous batch
 /// (only when a sample of them misses the pool).
