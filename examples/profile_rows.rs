@@ -7,6 +7,7 @@
 //! - `scan`: the same ranges through the visitor `Tree::scan`;
 //! - `limit`: the same ranges through `Tree::scan_limit` (the peers
 //!   adapter's call);
+//! - `rev`: 200,000 reverse ranges of 10 entries, `range(..=key).rev()`;
 //! - `remove`: deletes of half the keys in batches of 300.
 //!
 //! ```sh
@@ -93,6 +94,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 })?;
             }
         }
+        "rev" => {
+            for key in keys.iter().cycle().take(RANGES) {
+                for entry in tree.range(..=key.as_slice()).rev().take(10) {
+                    sum += u64::from(entry?.1[0]);
+                }
+            }
+        }
         "remove" => {
             for chunk in keys[..pairs / 2].chunks(BATCH_OPS) {
                 let mut batch = WriteBatch::new();
@@ -104,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         other => {
             return Err(
-                format!("unknown phase {other:?}: get, range, scan, limit or remove").into(),
+                format!("unknown phase {other:?}: get, range, scan, limit, rev or remove").into(),
             );
         }
     }
