@@ -417,19 +417,32 @@ impl<S: PageStore> Tree<S> {
 
     // ---------------------------------------------------------------- descent
 
-    /// The leaf covering `key`, latched shared, by latch coupling.
-    pub(crate) fn leaf_shared(&self, key: &[u8]) -> Result<(S::Shared<'_>, PageId)> {
-        let mut g = self.store.fix_shared(self.root)?;
+    /// Descends toward `key` from the root by latch coupling, every page
+    /// fixed by `fix` (shared, or as a point read's: see
+    /// [`PageStore::fix_shared_point`]), and returns the first page at
+    /// `level` or below (0: the leaf) with its id. Every descent of a key
+    /// goes through here.
+    fn descend<'a>(
+        &'a self,
+        key: &[u8],
+        level: u8,
+        fix: impl Fn(PageId) -> Result<S::Shared<'a>>,
+    ) -> Result<(S::Shared<'a>, PageId)> {
+        let mut g = fix(self.root)?;
         let mut id = self.root;
         loop {
             expect_node(&g, id)?;
-            if page::is_leaf(&g) {
+            if page::is_leaf(&g) || page::level(&g) <= level {
                 return Ok((g, id));
             }
             id = page::child_for(&g, key).1;
-            let child = self.store.fix_shared(id)?;
-            g = child;
+            g = fix(id)?;
         }
+    }
+
+    /// The leaf covering `key`, latched shared, by latch coupling.
+    pub(crate) fn leaf_shared(&self, key: &[u8]) -> Result<(S::Shared<'_>, PageId)> {
+        self.descend(key, 0, |id| self.store.fix_shared(id))
     }
 
     /// Starts reading the leaves that `keys` fall in, asynchronously (a
@@ -471,35 +484,16 @@ impl<S: PageStore> Tree<S> {
     /// The id of the leaf `key` falls in, read from its parent without
     /// fixing the leaf; `None` when the root is a leaf.
     fn leaf_id_for(&self, key: &[u8]) -> Result<Option<PageId>> {
-        let mut g = self.store.fix_shared(self.root)?;
-        let mut id = self.root;
-        loop {
-            expect_node(&g, id)?;
-            if page::is_leaf(&g) {
-                return Ok(None);
-            }
-            let child = page::child_for(&g, key).1;
-            if page::level(&g) == 1 {
-                return Ok(Some(child));
-            }
-            id = child;
-            g = self.store.fix_shared(id)?;
-        }
+        let (parent, _) = self.descend(key, 1, |id| self.store.fix_shared(id))?;
+        Ok((!page::is_leaf(&parent)).then(|| page::child_for(&parent, key).1))
     }
 
     /// [`Tree::leaf_shared`] for a point read: every page is fixed with
     /// [`PageStore::fix_shared_point`].
     fn leaf_shared_point(&self, key: &[u8]) -> Result<S::Shared<'_>> {
-        let mut g = self.store.fix_shared_point(self.root)?;
-        let mut id = self.root;
-        loop {
-            expect_node(&g, id)?;
-            if page::is_leaf(&g) {
-                return Ok(g);
-            }
-            id = page::child_for(&g, key).1;
-            g = self.store.fix_shared_point(id)?;
-        }
+        Ok(self
+            .descend(key, 0, |id| self.store.fix_shared_point(id))?
+            .0)
     }
 
     /// Like [`Tree::leaf_shared`], and also the ids of up to `max` leaves
@@ -509,27 +503,28 @@ impl<S: PageStore> Tree<S> {
         key: &[u8],
         max: usize,
     ) -> Result<(S::Shared<'_>, PageId, Vec<PageId>)> {
-        let mut g = self.store.fix_shared(self.root)?;
-        let mut id = self.root;
-        let mut following = Vec::new();
-        loop {
-            expect_node(&g, id)?;
-            if page::is_leaf(&g) {
-                return Ok((g, id, following));
-            }
-            let (off, child) = page::child_for(&g, key);
-            if page::level(&g) == 1 {
-                following = page::records(&g)
-                    .skip_while(|&o| o != off)
-                    .skip(1)
-                    .take(max)
-                    .map(|o| page::rec_child(&g, o))
-                    .collect();
-            }
-            id = child;
-            let next = self.store.fix_shared(id)?;
-            g = next;
+        let (parent, parent_id) = self.descend(key, 1, |id| self.store.fix_shared(id))?;
+        if page::is_leaf(&parent) {
+            return Ok((parent, parent_id, Vec::new()));
         }
+        let (off, id) = page::child_for(&parent, key);
+        let following = page::records(&parent)
+            .skip_while(|&o| o != off)
+            .skip(1)
+            .take(max)
+            .map(|o| page::rec_child(&parent, o))
+            .collect();
+        // Fixed while the parent is still latched (latch coupling).
+        let leaf = self.store.fix_shared(id)?;
+        expect_node(&leaf, id)?;
+        if !page::is_leaf(&leaf) {
+            return Err(Error::Corrupted {
+                page_id: id,
+                reason: "a child of a level-1 page is not a leaf".into(),
+            });
+        }
+        drop(parent);
+        Ok((leaf, id, following))
     }
 
     /// The leftmost or rightmost leaf, latched shared.
