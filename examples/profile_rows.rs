@@ -8,7 +8,10 @@
 //! - `limit`: the same ranges through `Tree::scan_limit` (the peers
 //!   adapter's call);
 //! - `rev`: 200,000 reverse ranges of 10 entries, `range(..=key).rev()`;
-//! - `remove`: deletes of half the keys in batches of 300.
+//! - `remove`: deletes of half the keys in batches of 300, then the tree's
+//!   shape (leaves, fill, merges) and 200,000 `scan_limit` ranges of ten
+//!   over what is left;
+//! - `load`: nothing (the load alone).
 //!
 //! ```sh
 //! cargo build --release --example profile_rows
@@ -109,11 +112,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 db.write_with(batch, Durability::NoSync)?;
             }
-        }
-        other => {
-            return Err(
-                format!("unknown phase {other:?}: get, range, scan, limit, rev or remove").into(),
+            eprintln!("remove: {:?}", started.elapsed());
+            let stats = tree.stats()?;
+            eprintln!(
+                "after the removals: {} leaves, fill {:.2}, {} merges, {} redistributions",
+                stats.leaf_pages,
+                stats.leaf_fill,
+                stats.splits.merges,
+                stats.splits.redistributions
             );
+            let ranges = Instant::now();
+            for key in keys[pairs / 2..].iter().cycle().take(RANGES) {
+                tree.scan_limit(key.as_slice().., 10, |_key, value| {
+                    sum += u64::from(value[0]);
+                    true
+                })?;
+            }
+            eprintln!("ranges after the removals: {:?}", ranges.elapsed());
+        }
+        "load" => {}
+        other => {
+            return Err(format!(
+                "unknown phase {other:?}: get, range, scan, limit, rev, remove or load"
+            )
+            .into());
         }
     }
     eprintln!("{phase}: {:?} (checksum {sum})", started.elapsed());

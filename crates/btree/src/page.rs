@@ -200,6 +200,11 @@ fn raw_link(id: Option<PageId>) -> u64 {
 pub fn used_bytes(p: &[u8]) -> usize {
     heap_top(p) - garbage_bytes(p) + SLOT_BYTES * slot_count(p)
 }
+/// Bytes of live records (with their headers): what a rebuilt page keeps
+/// besides its header and directory.
+pub fn record_bytes(p: &[u8]) -> usize {
+    heap_top(p) - garbage_bytes(p) - PAGE_HEADER_BYTES
+}
 /// Start of the directory.
 pub fn directory_start(p: &[u8]) -> usize {
     p.len() - SLOT_BYTES * slot_count(p)

@@ -1,0 +1,118 @@
+//! What a delete that leaves a page underfull does: merge with the sibling
+//! when both fit one page; otherwise nothing until the page falls below
+//! half the merge threshold, and only then take records from the sibling.
+#![allow(clippy::unwrap_used, reason = "tests may unwrap")]
+
+use barracuda_btree::{MemStore, PageStore, SplitPolicy, Tree, TreeConfig, page};
+use barracuda_codec::PageId;
+use std::sync::Arc;
+
+const PAGE: usize = 4096;
+
+fn key(i: u32) -> Vec<u8> {
+    format!("k{i:06}").into_bytes()
+}
+
+/// A tree of `rows` keys in order, split by `policy`.
+fn tree_with(rows: u32, policy: SplitPolicy) -> Tree<MemStore> {
+    let store = Arc::new(MemStore::new(PAGE).unwrap());
+    let config = TreeConfig {
+        policy,
+        ..TreeConfig::default()
+    };
+    let tree = Tree::create(store, config).unwrap();
+    for i in 0..rows {
+        tree.insert(&key(i), &[7u8; 100]).unwrap();
+    }
+    tree.check_invariants().unwrap();
+    tree
+}
+
+/// The leftmost leaf, its used bytes and its right sibling's (0 if none).
+fn first_two_leaves(tree: &Tree<MemStore>) -> (PageId, usize, usize) {
+    let store = tree.store();
+    let mut id = tree.root_page_id();
+    loop {
+        let g = store.fix_shared(id).unwrap();
+        if page::is_leaf(&g) {
+            break;
+        }
+        id = page::rec_child(&g, page::first_record(&g));
+    }
+    let g = store.fix_shared(id).unwrap();
+    let right_used = page::right(&g).map_or(0, |right| {
+        page::used_bytes(&store.fix_shared(right).unwrap())
+    });
+    (id, page::used_bytes(&g), right_used)
+}
+
+#[test]
+fn an_underfull_page_next_to_a_full_one_waits_until_half_the_threshold() {
+    // Sequential inserts leave the leaves nearly full, so the first leaf's
+    // sibling never has room for a merge.
+    let tree = tree_with(300, SplitPolicy::Adaptive);
+    let threshold = PAGE / 2;
+    let (first, used, right_used) = first_two_leaves(&tree);
+    assert!(
+        used > threshold && right_used > PAGE * 3 / 4,
+        "{used} {right_used}"
+    );
+    let mut next = 0;
+    // Down to just above half the threshold: no merge fits, and no
+    // records move.
+    while first_two_leaves(&tree).1 >= threshold / 2 + 200 {
+        assert!(tree.delete(&key(next)).unwrap());
+        next += 1;
+        tree.check_invariants().unwrap();
+    }
+    let counts = tree.split_counts();
+    assert_eq!(
+        (counts.merges, counts.redistributions),
+        (0, 0),
+        "{counts:?}"
+    );
+    let (leaf, used, _) = first_two_leaves(&tree);
+    assert_eq!(leaf, first);
+    assert!(used < threshold, "{used} is not underfull");
+    // Below half the threshold, it takes records from its sibling.
+    while tree.split_counts().redistributions == 0 {
+        let (_, used, _) = first_two_leaves(&tree);
+        assert!(
+            used >= threshold / 2 - 200,
+            "{used} bytes and not redistributed"
+        );
+        assert!(tree.delete(&key(next)).unwrap());
+        next += 1;
+        tree.check_invariants().unwrap();
+    }
+    let (_, used, _) = first_two_leaves(&tree);
+    assert!(used >= threshold / 2, "{used} after a redistribution");
+    assert_eq!(tree.split_counts().merges, 0);
+    for i in next..300 {
+        assert_eq!(tree.get(&key(i)).unwrap().unwrap(), [7u8; 100]);
+    }
+}
+
+#[test]
+fn underfull_siblings_merge() {
+    // Splits in the middle leave pages half full: deleting every other
+    // key makes neighbours that fit one page together.
+    let tree = tree_with(600, SplitPolicy::Half);
+    let leaves_before = tree.stats().unwrap().leaf_pages;
+    for i in (0..600).step_by(2) {
+        assert!(tree.delete(&key(i)).unwrap());
+        tree.check_invariants().unwrap();
+    }
+    let counts = tree.split_counts();
+    let stats = tree.stats().unwrap();
+    assert!(counts.merges > 0, "{counts:?}");
+    assert!(
+        stats.leaf_pages < leaves_before * 3 / 4,
+        "{} leaves of {leaves_before}",
+        stats.leaf_pages
+    );
+    assert!(stats.leaf_fill > 0.5, "fill {}", stats.leaf_fill);
+    for i in 0..600 {
+        assert_eq!(tree.get(&key(i)).unwrap().is_some(), i % 2 == 1);
+    }
+}
