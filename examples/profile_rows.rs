@@ -11,6 +11,8 @@
 //! - `remove`: deletes of half the keys in batches of 300, then the tree's
 //!   shape (leaves, fill, merges) and 200,000 `scan_limit` ranges of ten
 //!   over what is left;
+//! - `batch`: 100 transactions of 1,000 new random pairs, each written as
+//!   the peers adapter does (batches of 300, the last one synced);
 //! - `load`: nothing (the load alone).
 //!
 //! ```sh
@@ -130,10 +132,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             eprintln!("ranges after the removals: {:?}", ranges.elapsed());
         }
+        "batch" => {
+            // As the peers adapter commits a transaction: batches of 300,
+            // the last one synced.
+            for _ in 0..100 {
+                for ops in [300, 300, 300, 100] {
+                    let mut batch = WriteBatch::new();
+                    for _ in 0..ops {
+                        let (mut key, mut value) = ([0; 24], [0; 150]);
+                        rng.fill_bytes(&mut key);
+                        rng.fill_bytes(&mut value);
+                        batch.put(&tree, &key, &value);
+                    }
+                    let sync = if ops == 100 {
+                        Durability::Sync
+                    } else {
+                        Durability::NoSync
+                    };
+                    db.write_with(batch, sync)?;
+                }
+            }
+        }
         "load" => {}
         other => {
             return Err(format!(
-                "unknown phase {other:?}: get, range, scan, limit, rev, remove or load"
+                "unknown phase {other:?}: get, range, scan, limit, rev, remove, batch or load"
             )
             .into());
         }

@@ -205,6 +205,15 @@ impl Writer {
             .any(|(_, op)| !op.pages.is_empty() || !op.allocated.is_empty() || !op.freed.is_empty())
     }
 
+    /// Adds each tree's counted inserts and deletes to its meta page, once
+    /// per write (`Tree::settle_entry_count`).
+    fn settle_entry_counts(&mut self) -> Result<()> {
+        for (tree, op) in &mut self.ops {
+            tree.tree.settle_entry_count(op)?;
+        }
+        Ok(())
+    }
+
     /// The operation context of `tree` within this write.
     pub(crate) fn op(&mut self, tree: &Arc<TreeInner>) -> &mut OpContext {
         let index = match self.ops.iter().position(|(t, _)| Arc::ptr_eq(t, tree)) {
@@ -813,7 +822,10 @@ impl DbInner {
         f: impl FnOnce(&mut Writer) -> Result<R>,
     ) -> Result<(R, Option<Lsn>)> {
         let mut writer = Writer::default();
-        let result = f(&mut writer);
+        let result = f(&mut writer).and_then(|value| {
+            writer.settle_entry_counts()?;
+            Ok(value)
+        });
         if let Err(error) = &result
             && writer.has_changes()
         {

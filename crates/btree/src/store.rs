@@ -82,6 +82,11 @@ pub struct OpContext {
     pub allocated: Vec<PageId>,
     /// Pages this operation freed.
     pub freed: Vec<PageId>,
+    /// Entries its inserts added (deletes: removed) that the store's kept
+    /// count does not have yet: [`crate::Tree::settle_entry_count`] adds
+    /// them in one change of the meta page, so a batch of inserts logs one
+    /// count instead of one per insert.
+    pub entry_delta: i64,
 }
 
 impl OpContext {

@@ -810,8 +810,24 @@ impl<S: PageStore> Tree<S> {
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         let mut op = OpContext::new();
         let result = self.insert_in(&mut op, key, value);
+        let settled = self.settle_entry_count(&mut op);
         self.store.finish_op(op);
-        result
+        let existed = result?;
+        settled?;
+        Ok(existed)
+    }
+
+    /// Adds the entries `op`'s inserts and deletes counted
+    /// ([`OpContext::entry_delta`]) to the store's kept count, within `op`.
+    /// A caller of the `_in` operations calls this once before logging
+    /// `op`; [`Tree::insert`] and [`Tree::delete`] do it themselves. Takes
+    /// the meta page's latch: call it with no latch of this tree held.
+    pub fn settle_entry_count(&self, op: &mut OpContext) -> Result<()> {
+        let delta = std::mem::take(&mut op.entry_delta);
+        if delta == 0 {
+            return Ok(());
+        }
+        self.store.add_entry_count(delta, op)
     }
 
     /// [`Tree::insert`] within the caller's operation context (for a caller
@@ -839,9 +855,10 @@ impl<S: PageStore> Tree<S> {
             (Err(e), None) => Err(e),
             (Ok(true), _) => Ok(true),
             (Ok(false), _) => {
-                // A new key: counted in the same operation, after every
-                // tree latch was released (the meta page comes last).
-                self.store.add_entry_count(1, op)?;
+                // A new key: counted in the same operation, when it settles
+                // (`settle_entry_count`, after every tree latch was
+                // released: the meta page comes last).
+                op.entry_delta += 1;
                 Ok(false)
             }
         }
@@ -1620,17 +1637,19 @@ impl<S: PageStore> Tree<S> {
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         let mut op = OpContext::new();
         let result = self.delete_in(&mut op, key);
+        let settled = self.settle_entry_count(&mut op);
         self.store.finish_op(op);
-        result
+        let existed = result?;
+        settled?;
+        Ok(existed)
     }
 
     /// [`Tree::delete`] within the caller's operation context.
     pub fn delete_in(&self, op: &mut OpContext, key: &[u8]) -> Result<bool> {
         let existed = self.remove(op, key)?;
         if existed {
-            // Counted in the same operation, after every tree latch was
-            // released (the meta page comes last).
-            self.store.add_entry_count(-1, op)?;
+            // Counted in the same operation when it settles.
+            op.entry_delta -= 1;
         }
         Ok(existed)
     }

@@ -100,6 +100,42 @@ fn failed_operations_leave_len_unchanged() {
     tree.check_invariants().unwrap();
 }
 
+/// Inserts and deletes in one operation context count into it; the meta
+/// page changes once, when the context settles, by the net count.
+#[test]
+fn one_context_changes_the_count_once_when_it_settles() {
+    let store = pool_common::store(Format::Plain4k, EvictionPolicy::InnoDb, 48);
+    let tree = Tree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
+    tree.insert(b"old", b"v").unwrap();
+    let mut op = OpContext::new();
+    for i in 0..300u32 {
+        tree.insert_in(&mut op, &i.to_be_bytes(), b"v").unwrap();
+    }
+    // A replaced key and an absent one do not count.
+    tree.insert_in(&mut op, b"old", b"w").unwrap();
+    assert!(!tree.delete_in(&mut op, b"absent").unwrap());
+    assert!(tree.delete_in(&mut op, &7u32.to_be_bytes()).unwrap());
+    assert_eq!(op.entry_delta, 299);
+    let meta_changes = |op: &OpContext| {
+        op.pages
+            .iter()
+            .filter(|p| p.page_id == META_PAGE_ID && !p.patches.is_empty())
+            .count()
+    };
+    // Splits allocated pages through the meta page; no count yet.
+    let before = meta_changes(&op);
+    assert_eq!(tree.len().unwrap(), 1);
+    tree.settle_entry_count(&mut op).unwrap();
+    assert_eq!(op.entry_delta, 0);
+    assert_eq!(meta_changes(&op), before + 1);
+    assert_eq!(tree.len().unwrap(), 300);
+    // Settling again changes nothing.
+    tree.settle_entry_count(&mut op).unwrap();
+    assert_eq!(meta_changes(&op), before + 1);
+    store.finish_op(op);
+    tree.check_invariants().unwrap();
+}
+
 #[test]
 fn the_checker_catches_a_wrong_count() {
     let store = Arc::new(MemStore::new(4096).unwrap());
