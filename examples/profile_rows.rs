@@ -3,6 +3,7 @@
 //! batches of 300 as the peers adapter writes them), then one of
 //!
 //! - `get`: 1,000,000 gets of loaded keys;
+//! - `into`: the same through `Tree::get_into` and one buffer;
 //! - `range`: 200,000 ranges of 10 entries through `Tree::range`;
 //! - `scan`: the same ranges through the visitor `Tree::scan`;
 //! - `limit`: the same ranges through `Tree::scan_limit` (the peers
@@ -72,6 +73,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "get" => {
             for key in keys.iter().cycle().take(1_000_000) {
                 sum += tree.get(key)?.map_or(0, |v| u64::from(v[0]));
+            }
+        }
+        "into" => {
+            let mut value = Vec::new();
+            for key in keys.iter().cycle().take(1_000_000) {
+                if tree.get_into(key, &mut value)? {
+                    sum += u64::from(value[0]);
+                }
             }
         }
         "range" => {
@@ -156,7 +165,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "load" => {}
         other => {
             return Err(format!(
-                "unknown phase {other:?}: get, range, scan, limit, rev, remove, batch or load"
+                "unknown phase {other:?}: get, into, range, scan, limit, rev, remove, batch or load"
             )
             .into());
         }

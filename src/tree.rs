@@ -77,6 +77,27 @@ impl Tree {
         Ok(self.slot.read().tree.get(key)?)
     }
 
+    /// [`Tree::get`] into `value` (cleared first): true if `key` is
+    /// present. Reusing one buffer across gets allocates nothing per get
+    /// (except for values larger than any before).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let db = barracuda::Db::open(dir.path())?;
+    /// # let tree = db.tree("t")?;
+    /// tree.put(b"a", b"1")?;
+    /// let mut value = Vec::new();
+    /// assert!(tree.get_into(b"a", &mut value)?);
+    /// assert_eq!(value, b"1");
+    /// assert!(!tree.get_into(b"b", &mut value)?);
+    /// assert!(value.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
+        self.db.check_open()?;
+        Ok(self.slot.read().tree.get_into(key, value)?)
+    }
+
     /// Whether `key` is present.
     pub fn contains_key(&self, key: &[u8]) -> Result<bool> {
         Ok(self.get(key)?.is_some())

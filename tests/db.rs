@@ -62,6 +62,28 @@ fn model_then_reopen() {
     db.check().unwrap();
 }
 
+/// `get_into` answers as `get` into one reused buffer, for inline values,
+/// values in overflow pages, absent keys (the buffer left empty) and a
+/// short value after a long one.
+#[test]
+fn get_into_reuses_one_buffer() {
+    let dir = tempdir();
+    let db = small().open(dir.path()).unwrap();
+    let tree = db.tree("t").unwrap();
+    let long: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    tree.put(b"long", &long).unwrap();
+    tree.put(b"short", b"s").unwrap();
+    let mut buf = Vec::new();
+    for key in [&b"long"[..], b"short", b"absent", b"long", b"short"] {
+        let found = tree.get_into(key, &mut buf).unwrap();
+        match tree.get(key).unwrap() {
+            Some(value) => assert!(found && buf == value, "{key:?}"),
+            None => assert!(!found && buf.is_empty(), "{key:?}"),
+        }
+    }
+    assert!(buf.capacity() >= long.len());
+}
+
 #[test]
 fn ranges_prefixes_first_last() {
     let dir = tempdir();

@@ -174,7 +174,10 @@ impl Engine for BarracudaEngine {
     }
 
     fn reader(&self) -> Result<Box<dyn Reader + '_>> {
-        Ok(Box::new(BarracudaReader(self.tree.clone())))
+        Ok(Box::new(BarracudaReader(
+            self.tree.clone(),
+            std::cell::RefCell::default(),
+        )))
     }
 
     /// `Db::compact`: rewrites the tree into full pages in a new file and
@@ -201,17 +204,18 @@ impl Engine for BarracudaEngine {
     }
 }
 
-struct BarracudaReader(barracuda::Tree);
+/// A tree and the buffer its gets reuse (`Tree::get_into`: no allocation
+/// per get). One reader per thread.
+struct BarracudaReader(barracuda::Tree, std::cell::RefCell<Vec<u8>>);
 
 impl Reader for BarracudaReader {
     fn get(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
-        Ok(match self.0.get(key)? {
-            Some(value) => {
-                f(&value);
-                true
-            }
-            None => false,
-        })
+        let mut value = self.1.borrow_mut();
+        let found = self.0.get_into(key, &mut value)?;
+        if found {
+            f(&value);
+        }
+        Ok(found)
     }
 
     /// The visitor scan of the first `count` entries (`Tree::scan_limit`):

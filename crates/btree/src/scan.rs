@@ -59,12 +59,8 @@ impl LeafCopy {
         let key_start = self.bytes.len();
         self.bytes.extend_from_slice(page::rec_key(p, off));
         let value_start = self.bytes.len();
-        if page::rec_flags(p, off) & page::REC_OVERFLOW == 0 {
-            self.bytes.extend_from_slice(page::rec_value(p, off));
-        } else {
-            // The leaf is latched, so its chain cannot be freed meanwhile.
-            self.bytes.extend_from_slice(&tree.load_value(p, off)?);
-        }
+        // The leaf is latched, so an overflow chain cannot be freed meanwhile.
+        tree.load_value_into(p, off, &mut self.bytes)?;
         self.entries
             .push((key_start..value_start, value_start..self.bytes.len()));
         Ok(())

@@ -638,41 +638,62 @@ impl<S: PageStore> Tree<S> {
 
     /// The value stored under `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(self.get_into(key, &mut value)?.then_some(value))
+    }
+
+    /// [`Tree::get`] into `out` (cleared first): true if `key` is present.
+    /// A caller that reuses one buffer allocates nothing per get.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
+        out.clear();
         let leaf = self.leaf_shared_point(key)?;
         let pr = page::probe(&leaf, key);
         if pr.found == 0 {
-            return Ok(None);
+            return Ok(false);
         }
-        self.load_value(&leaf, pr.found).map(Some)
+        self.load_value_into(&leaf, pr.found, out)?;
+        Ok(true)
     }
 
     /// Reads the value of the record at `off`, following an overflow chain
     /// (while the caller keeps the leaf latched, so the chain cannot be freed).
     pub(crate) fn load_value(&self, p: &[u8], off: usize) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.load_value_into(p, off, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Tree::load_value`] appended to `out`.
+    pub(crate) fn load_value_into(&self, p: &[u8], off: usize, out: &mut Vec<u8>) -> Result<()> {
         let stored = page::rec_value(p, off);
         if page::rec_flags(p, off) & REC_OVERFLOW == 0 {
-            return Ok(stored.to_vec());
+            out.extend_from_slice(stored);
+            return Ok(());
         }
         let (first, total) = decode_overflow_ref(stored);
-        let mut out = Vec::with_capacity(total);
+        out.reserve(total);
+        let start = out.len();
         let mut next = Some(first);
         while let Some(id) = next {
             let g = self.store.fix_shared(id)?;
             expect_overflow(&g, id, "reading")?;
             out.extend_from_slice(page::overflow_payload(&g));
             next = page::right(&g);
-            if out.len() > total {
+            if out.len() - start > total {
                 break;
             }
         }
-        if out.len() != total {
+        if out.len() - start != total {
             return Err(Error::Corrupted {
                 page_id: first,
-                reason: format!("overflow chain holds {} of {total} bytes", out.len()),
+                reason: format!(
+                    "overflow chain holds {} of {total} bytes",
+                    out.len() - start
+                ),
             });
         }
-        Ok(out)
+        Ok(())
     }
 
     // ---------------------------------------------------------------- values
