@@ -44,6 +44,11 @@ pub struct Cursor<'t, S: PageStore> {
     hinted: VecDeque<PageId>,
 }
 
+/// What [`Tree::forward_leaf`] hands each leaf to: the leaf, latched, and
+/// the key span its parent gives it (the first leaf only); true if the
+/// walk ends there.
+pub(crate) type LeafVisitor<'v> = dyn FnMut(&[u8], Option<&page::KeySpan>) -> Result<bool> + 'v;
+
 /// The leaf a forward batch came from, and what read-ahead needs to know
 /// about the leaves after it.
 pub(crate) struct Visited {
@@ -220,37 +225,42 @@ impl<S: PageStore> Tree<S> {
         read_ahead: usize,
     ) -> Result<(Vec<Entry>, Visited)> {
         let mut entries = Vec::new();
-        let visited = self.forward_leaf(bound, read_ahead, &mut |p| {
-            // Entered by binary search (as a scan), not walked from the
+        let visited = self.forward_leaf(bound, read_ahead, &mut |p, span| {
+            // Entered by a slot search (as a scan), not walked from the
             // leaf's first record.
-            entries = self.leaf_entries(p, page::leaf_records_from(p, bound))?;
+            entries = self.leaf_entries(p, page::leaf_records_from_in(p, bound, span))?;
             Ok(!entries.is_empty())
         })?;
         Ok((entries, visited))
     }
 
     /// Hands `take` the first leaf (latched shared) whose keys go past
-    /// `bound`: `take` returns whether the leaf has a key past it, and if
+    /// `bound`, with the key span its parent gives it (for the first leaf
+    /// only): `take` returns whether the leaf has a key past it, and if
     /// not, the walk moves right. Returns that leaf (with up to
     /// `read_ahead` leaves after it under its parent).
     pub(crate) fn forward_leaf(
         &self,
         bound: Bound<&[u8]>,
         read_ahead: usize,
-        take: &mut dyn FnMut(&[u8]) -> Result<bool>,
+        take: &mut LeafVisitor<'_>,
     ) -> Result<Visited> {
         // A move past a leaf's last key descends to that leaf and steps
         // right: one more id than the window, for the one stepped onto.
         let ids_max = if read_ahead > 0 { read_ahead + 1 } else { 0 };
-        let (mut g, mut id, mut following) = match bound {
-            Bound::Included(k) | Bound::Excluded(k) => self.leaf_shared_following(k, ids_max)?,
+        let (mut g, mut id, mut following, mut span) = match bound {
+            Bound::Included(k) | Bound::Excluded(k) => {
+                let found = self.leaf_shared_following(k, ids_max)?;
+                (found.guard, found.id, found.following, found.span)
+            }
             Bound::Unbounded => {
                 let (g, id) = self.edge_leaf_shared(false)?;
-                (g, id, Vec::new())
+                (g, id, Vec::new(), None)
             }
         };
         loop {
-            let found = take(&g)?;
+            // The parent's span bounds the first leaf only.
+            let found = take(&g, span.take().as_ref())?;
             let right = page::right(&g);
             let Some(next) = right.filter(|_| !found) else {
                 following.truncate(read_ahead);

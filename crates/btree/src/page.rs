@@ -33,12 +33,15 @@ pub const PAGE_HEADER_BYTES: usize = CODEC_RESERVED_BYTES + TREE_HEADER_BYTES;
 pub const RECORD_HEADER_BYTES: usize = 8;
 /// Bytes of one directory slot: first-record offset u16, record count u16.
 pub const SLOT_BYTES: usize = 4;
-/// A group larger than this is split in two: a lookup walks at most this many
-/// records after the binary search (InnoDB uses 4..=8 as well).
+/// The most records a group may have (checked): a lookup walks at most this
+/// many records after the slot search (InnoDB uses 4..=8 as well).
 pub const GROUP_RECORDS_MAX: usize = 8;
+/// An insert splits a group that grows above this many records (into
+/// halves): groups of 2 to 4, so that a lookup walks few records.
+const GROUP_RECORDS_SPLIT: usize = 4;
 /// Records per group when a page is rebuilt, leaving room to grow before the
 /// next group split.
-const GROUP_RECORDS_BUILD: usize = 4;
+const GROUP_RECORDS_BUILD: usize = 3;
 /// Smallest page: 4 KiB, so that [`KEY_BYTES_MAX`] keys still fit several per
 /// internal page.
 pub const PAGE_SIZE_BYTES_MIN: usize = 4 * 1024;
@@ -261,11 +264,20 @@ pub fn records(p: &[u8]) -> RecordIter<'_> {
 /// found through the slot directory ([`probe`]) instead of a walk from the
 /// first record.
 pub fn leaf_records_from<'a>(p: &'a [u8], bound: std::ops::Bound<&[u8]>) -> RecordIter<'a> {
+    leaf_records_from_in(p, bound, None)
+}
+
+/// [`leaf_records_from`], entering the leaf with [`probe_in`] and `span`.
+pub fn leaf_records_from_in<'a>(
+    p: &'a [u8],
+    bound: std::ops::Bound<&[u8]>,
+    span: Option<&KeySpan>,
+) -> RecordIter<'a> {
     debug_assert!(is_leaf(p));
     let next = match bound {
         std::ops::Bound::Unbounded => first_record(p),
         std::ops::Bound::Included(key) | std::ops::Bound::Excluded(key) => {
-            let pr = probe(p, key);
+            let pr = probe_in(p, key, span);
             if pr.found != 0 {
                 if matches!(bound, std::ops::Bound::Included(_)) {
                     pr.found
@@ -342,20 +354,143 @@ pub struct Probe {
 
 /// Finds `key`: binary search over the slots, then a walk of one group.
 pub fn probe(p: &[u8], key: &[u8]) -> Probe {
+    let slots_le = search_slots(p, key, 0, slot_count(p));
+    walk_group(p, key, slots_le)
+}
+
+/// [`probe`], starting from where `span` (the page's key range, as its
+/// parent bounds it) puts `key` among the slots: one or two records
+/// compared instead of a binary search's log2(slots) when keys are spread
+/// evenly (random keys: hashes, UUIDs), each of them a cache miss in a page
+/// that is not in the CPU's caches. Any span gives the same answer as
+/// [`probe`]; a poor one costs at most twice the binary search's compares.
+pub fn probe_in(p: &[u8], key: &[u8], span: Option<&KeySpan>) -> Probe {
     let n = slot_count(p);
-    let (mut lo, mut hi) = (0, n);
+
+    let slots_le = match span {
+        Some(span) if n >= SPAN_SLOTS_MIN => search_slots_from(p, key, span.estimate(key, n)),
+        _ => search_slots(p, key, 0, n),
+    };
+    walk_group(p, key, slots_le)
+}
+
+/// Below this many slots a binary search takes at most three compares,
+/// which a guess cannot beat by much.
+const SPAN_SLOTS_MIN: usize = 8;
+
+/// Whether slot `s`'s first record is at most `key`.
+fn slot_le(p: &[u8], s: usize, key: &[u8]) -> bool {
+    cmp_rec(p, slot(p, s).0, key) != Ordering::Greater
+}
+
+/// The number of slots whose first record is at most `key`, knowing that
+/// it is at least `lo` and at most `hi`: a binary search.
+fn search_slots(p: &[u8], key: &[u8], mut lo: usize, mut hi: usize) -> usize {
     while lo < hi {
         let mid = (lo + hi) / 2;
-        if cmp_rec(p, slot(p, mid).0, key) != Ordering::Greater {
+        if slot_le(p, mid, key) {
             lo = mid + 1;
         } else {
             hi = mid;
         }
     }
-    if lo == 0 {
+    lo
+}
+
+/// [`search_slots`] over all slots, starting at slot `guess`: steps of 1,
+/// 2, 4, ... away from it until the answer is bracketed, then a binary
+/// search inside the bracket.
+fn search_slots_from(p: &[u8], key: &[u8], guess: usize) -> usize {
+    let n = slot_count(p);
+    let guess = guess.min(n - 1);
+    let (mut lo, mut hi) = (0, n);
+    let mut step = 1;
+    if slot_le(p, guess, key) {
+        lo = guess + 1;
+        while lo < n {
+            let at = (guess + step).min(n - 1);
+            if !slot_le(p, at, key) {
+                hi = at;
+                break;
+            }
+            lo = at + 1;
+            step *= 2;
+        }
+    } else {
+        hi = guess;
+        while hi > 0 {
+            let at = guess.saturating_sub(step);
+            if slot_le(p, at, key) {
+                lo = at + 1;
+                break;
+            }
+            hi = at;
+            step *= 2;
+        }
+    }
+    search_slots(p, key, lo, hi)
+}
+
+/// The key range of a child page as its parent bounds it, reduced to
+/// numbers: the bytes after the bounds' common prefix, as big-endian words.
+/// Keys between the bounds map to numbers between them, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeySpan {
+    prefix_len: usize,
+    low: u64,
+    high: u64,
+}
+
+impl KeySpan {
+    /// The span between `low` (at most every key of the page) and `high`
+    /// (above every key), if the words after their common prefix differ.
+    #[must_use]
+    pub fn new(low: &[u8], high: &[u8]) -> Option<KeySpan> {
+        let prefix_len = low.iter().zip(high).take_while(|(a, b)| a == b).count();
+        let (low, high) = (word_after(low, prefix_len), word_after(high, prefix_len));
+        (low < high).then_some(KeySpan {
+            prefix_len,
+            low,
+            high,
+        })
+    }
+
+    /// The span of the child of internal page `p` that record `off` points
+    /// to: from its separator to the next one. `None` for the first child
+    /// (its lower bound is the page's own) and the last (likewise above).
+    #[must_use]
+    pub fn of_child(p: &[u8], off: usize) -> Option<KeySpan> {
+        let next = rec_next(p, off);
+        if off == first_record(p) || next == 0 {
+            return None;
+        }
+        KeySpan::new(rec_key(p, off), rec_key(p, next))
+    }
+
+    /// Where `key` falls among `n` evenly spread slots: 0..n.
+    #[must_use]
+    pub fn estimate(&self, key: &[u8], n: usize) -> usize {
+        let at = word_after(key, self.prefix_len).clamp(self.low, self.high) - self.low;
+        let index = u128::from(at) * n as u128 / u128::from(self.high - self.low);
+        usize::try_from(index).unwrap_or(n).min(n.saturating_sub(1))
+    }
+}
+
+/// The eight bytes of `key` after `prefix_len`, zero-padded, big-endian.
+fn word_after(key: &[u8], prefix_len: usize) -> u64 {
+    let tail = key.get(prefix_len..).unwrap_or(&[]);
+    let mut word = [0u8; 8];
+    let n = tail.len().min(8);
+    word[..n].copy_from_slice(&tail[..n]);
+    u64::from_be_bytes(word)
+}
+
+/// The lookup's end: the group of slot `slots_le - 1` walked for `key`.
+fn walk_group(p: &[u8], key: &[u8], slots_le: usize) -> Probe {
+    if slots_le == 0 {
         return Probe::default();
     }
-    let s = lo - 1;
+    let s = slots_le - 1;
     let (mut cur, count) = slot(p, s);
     let mut pred = 0;
     for _ in 0..count {
@@ -712,7 +847,7 @@ fn add_to_group<G: PageWrite>(g: &mut G, pr: Probe, off: usize) {
     let (first, count) = slot(g, s);
     let first = if pr.pred == 0 { off } else { first };
     let count = count + 1;
-    if count <= GROUP_RECORDS_MAX {
+    if count <= GROUP_RECORDS_SPLIT {
         write_slots(g, s, &[(first, count)], 1);
         return;
     }
@@ -803,13 +938,13 @@ pub fn remove<G: PageWrite>(g: &mut G, pr: Probe) -> usize {
 fn merge_small_group<G: PageWrite>(g: &mut G, s: usize) {
     // Groups below this size merge with the next one, keeping the directory
     // sparse after deletes.
-    const GROUP_RECORDS_MIN: usize = 4;
+    const GROUP_RECORDS_MIN: usize = 2;
     if s + 1 >= slot_count(g) {
         return;
     }
     let (first, count) = slot(g, s);
     let (_, next_count) = slot(g, s + 1);
-    if count < GROUP_RECORDS_MIN && count + next_count <= GROUP_RECORDS_MAX {
+    if count < GROUP_RECORDS_MIN && count + next_count <= GROUP_RECORDS_SPLIT {
         write_slots(g, s, &[(first, count + next_count)], 2);
     }
 }

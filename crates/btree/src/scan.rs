@@ -146,10 +146,10 @@ impl<S: PageStore> Tree<S> {
             } else {
                 left
             };
-            let visited = self.forward_leaf(from, read_ahead, &mut |p| {
+            let visited = self.forward_leaf(from, read_ahead, &mut |p, span| {
                 copy.clear();
                 let mut found = false;
-                for off in page::leaf_records_from(p, from) {
+                for off in page::leaf_records_from_in(p, from, span) {
                     debug_assert!(above(page::rec_key(p, off), from));
                     found = true;
                     if !below(page::rec_key(p, off), end) {

@@ -39,6 +39,16 @@ pub enum SplitPolicy {
     InnoDbLastInsert,
 }
 
+/// A leaf found for a key ([`Tree::leaf_shared_following`]), latched.
+pub(crate) struct FoundLeaf<G> {
+    pub(crate) guard: G,
+    pub(crate) id: PageId,
+    /// Up to the asked number of leaves after it under the same parent.
+    pub(crate) following: Vec<PageId>,
+    /// The key span its parent gives it.
+    pub(crate) span: Option<page::KeySpan>,
+}
+
 /// Per-tree configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TreeConfig {
@@ -441,14 +451,32 @@ impl<S: PageStore> Tree<S> {
         level: u8,
         fix: impl Fn(PageId) -> Result<S::Shared<'a>>,
     ) -> Result<(S::Shared<'a>, PageId)> {
+        self.descend_spanned(key, level, fix)
+            .map(|(g, id, _span)| (g, id))
+    }
+
+    /// [`Tree::descend`], and the key span the last parent gives the page
+    /// (for [`page::probe_in`]); `None` for the root and for a first or
+    /// last child.
+    fn descend_spanned<'a>(
+        &'a self,
+        key: &[u8],
+        level: u8,
+        fix: impl Fn(PageId) -> Result<S::Shared<'a>>,
+    ) -> Result<(S::Shared<'a>, PageId, Option<page::KeySpan>)> {
         let mut g = fix(self.root)?;
         let mut id = self.root;
+        let mut span = None;
         loop {
             expect_node(&g, id)?;
             if page::is_leaf(&g) || page::level(&g) <= level {
-                return Ok((g, id));
+                return Ok((g, id, span));
             }
-            id = page::child_for(&g, key).1;
+            let (off, child) = page::child_for(&g, key);
+            if page::level(&g) <= level.saturating_add(1) {
+                span = page::KeySpan::of_child(&g, off);
+            }
+            id = child;
             g = fix(id)?;
         }
     }
@@ -503,24 +531,30 @@ impl<S: PageStore> Tree<S> {
 
     /// [`Tree::leaf_shared`] for a point read: every page is fixed with
     /// [`PageStore::fix_shared_point`].
-    fn leaf_shared_point(&self, key: &[u8]) -> Result<S::Shared<'_>> {
-        Ok(self
-            .descend(key, 0, |id| self.store.fix_shared_point(id))?
-            .0)
+    fn leaf_shared_point(&self, key: &[u8]) -> Result<(S::Shared<'_>, Option<page::KeySpan>)> {
+        let (leaf, _, span) = self.descend_spanned(key, 0, |id| self.store.fix_shared_point(id))?;
+        Ok((leaf, span))
     }
 
     /// Like [`Tree::leaf_shared`], and also the ids of up to `max` leaves
-    /// after it under the same parent (empty when the root is the leaf).
+    /// after it under the same parent (empty when the root is the leaf) and
+    /// the key span the parent gives the leaf (for [`page::probe_in`]).
     pub(crate) fn leaf_shared_following(
         &self,
         key: &[u8],
         max: usize,
-    ) -> Result<(S::Shared<'_>, PageId, Vec<PageId>)> {
+    ) -> Result<FoundLeaf<S::Shared<'_>>> {
         let (parent, parent_id) = self.descend(key, 1, |id| self.store.fix_shared(id))?;
         if page::is_leaf(&parent) {
-            return Ok((parent, parent_id, Vec::new()));
+            return Ok(FoundLeaf {
+                guard: parent,
+                id: parent_id,
+                following: Vec::new(),
+                span: None,
+            });
         }
         let (off, id) = page::child_for(&parent, key);
+        let span = page::KeySpan::of_child(&parent, off);
         let following = page::records(&parent)
             .skip_while(|&o| o != off)
             .skip(1)
@@ -537,7 +571,12 @@ impl<S: PageStore> Tree<S> {
             });
         }
         drop(parent);
-        Ok((leaf, id, following))
+        Ok(FoundLeaf {
+            guard: leaf,
+            id,
+            following,
+            span,
+        })
     }
 
     /// The leftmost or rightmost leaf, latched shared.
@@ -647,8 +686,8 @@ impl<S: PageStore> Tree<S> {
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
         out.clear();
-        let leaf = self.leaf_shared_point(key)?;
-        let pr = page::probe(&leaf, key);
+        let (leaf, span) = self.leaf_shared_point(key)?;
+        let pr = page::probe_in(&leaf, key, span.as_ref());
         if pr.found == 0 {
             return Ok(false);
         }
