@@ -366,7 +366,6 @@ pub fn probe(p: &[u8], key: &[u8]) -> Probe {
 /// [`probe`]; a poor one costs at most twice the binary search's compares.
 pub fn probe_in(p: &[u8], key: &[u8], span: Option<&KeySpan>) -> Probe {
     let n = slot_count(p);
-
     let slots_le = match span {
         Some(span) if n >= SPAN_SLOTS_MIN => search_slots_from(p, key, span.estimate(key, n)),
         _ => search_slots(p, key, 0, n),

@@ -2,6 +2,8 @@
 //! page bytes behind the tree's back, and seen reported.
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
+mod common;
+
 use barracuda_btree::page::{self, REC_OVERFLOW, RECORD_HEADER_BYTES};
 use barracuda_btree::store::MemExclusive;
 use barracuda_btree::{
@@ -28,15 +30,7 @@ fn tree_with(rows: usize) -> Tree<MemStore> {
 /// Leaf ids from left to right.
 fn leaves(tree: &Tree<MemStore>) -> Vec<PageId> {
     let store = tree.store();
-    let mut id = tree.root_page_id();
-    loop {
-        let g = store.fix_shared(id).unwrap();
-        if page::is_leaf(&g) {
-            break;
-        }
-        id = page::rec_child(&g, page::first_record(&g));
-    }
-    let mut out = vec![id];
+    let mut out = vec![common::leftmost_leaf(tree)];
     while let Some(next) = page::right(&store.fix_shared(*out.last().unwrap()).unwrap()) {
         out.push(next);
     }

@@ -3,6 +3,8 @@
 //! half the merge threshold, and only then take records from the sibling.
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
+mod common;
+
 use barracuda_btree::{MemStore, PageStore, SplitPolicy, Tree, TreeConfig, page};
 use barracuda_codec::PageId;
 use std::sync::Arc;
@@ -31,14 +33,7 @@ fn tree_with(rows: u32, policy: SplitPolicy) -> Tree<MemStore> {
 /// The leftmost leaf, its used bytes and its right sibling's (0 if none).
 fn first_two_leaves(tree: &Tree<MemStore>) -> (PageId, usize, usize) {
     let store = tree.store();
-    let mut id = tree.root_page_id();
-    loop {
-        let g = store.fix_shared(id).unwrap();
-        if page::is_leaf(&g) {
-            break;
-        }
-        id = page::rec_child(&g, page::first_record(&g));
-    }
+    let id = common::leftmost_leaf(tree);
     let g = store.fix_shared(id).unwrap();
     let right_used = page::right(&g).map_or(0, |right| {
         page::used_bytes(&store.fix_shared(right).unwrap())

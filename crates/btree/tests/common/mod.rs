@@ -212,6 +212,19 @@ pub fn scan<S: PageStore>(
     out
 }
 
+/// The leftmost leaf of `tree`: first children from the root down.
+pub fn leftmost_leaf<S: PageStore>(tree: &Tree<S>) -> barracuda_codec::PageId {
+    let store = tree.store();
+    let mut id = tree.root_page_id();
+    loop {
+        let g = store.fix_shared(id).unwrap();
+        if barracuda_btree::page::is_leaf(&g) {
+            return id;
+        }
+        id = barracuda_btree::page::rec_child(&g, barracuda_btree::page::first_record(&g));
+    }
+}
+
 /// Every entry of the tree, by a forward scan.
 pub fn contents<S: PageStore>(tree: &Tree<S>) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut got = BTreeMap::new();
