@@ -228,7 +228,7 @@ impl<S: PageStore> Tree<S> {
         let visited = self.forward_leaf(bound, read_ahead, &mut |p, span| {
             // Entered by a slot search (as a scan), not walked from the
             // leaf's first record.
-            entries = self.leaf_entries(p, page::leaf_records_from_in(p, bound, span))?;
+            entries = self.leaf_entries(p, page::leaf_records_from(p, bound, span))?;
             Ok(!entries.is_empty())
         })?;
         Ok((entries, visited))

@@ -261,14 +261,9 @@ pub fn records(p: &[u8]) -> RecordIter<'_> {
 }
 
 /// Record offsets in key order from the first key past `bound` of a leaf,
-/// found through the slot directory ([`probe`]) instead of a walk from the
-/// first record.
-pub fn leaf_records_from<'a>(p: &'a [u8], bound: std::ops::Bound<&[u8]>) -> RecordIter<'a> {
-    leaf_records_from_in(p, bound, None)
-}
-
-/// [`leaf_records_from`], entering the leaf with [`probe_in`] and `span`.
-pub fn leaf_records_from_in<'a>(
+/// found through the slot directory ([`probe_in`], with the key span its
+/// parent gives the leaf, if known) instead of a walk from the first record.
+pub fn leaf_records_from<'a>(
     p: &'a [u8],
     bound: std::ops::Bound<&[u8]>,
     span: Option<&KeySpan>,

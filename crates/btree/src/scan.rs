@@ -149,7 +149,7 @@ impl<S: PageStore> Tree<S> {
             let visited = self.forward_leaf(from, read_ahead, &mut |p, span| {
                 copy.clear();
                 let mut found = false;
-                for off in page::leaf_records_from_in(p, from, span) {
+                for off in page::leaf_records_from(p, from, span) {
                     debug_assert!(above(page::rec_key(p, off), from));
                     found = true;
                     if !below(page::rec_key(p, off), end) {

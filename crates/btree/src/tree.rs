@@ -39,7 +39,8 @@ pub enum SplitPolicy {
     InnoDbLastInsert,
 }
 
-/// A leaf found for a key ([`Tree::leaf_shared_following`]), latched.
+/// A leaf found for a key ([`Tree::leaf_shared_following`]), latched, with
+/// what its parent said about it.
 pub(crate) struct FoundLeaf<G> {
     pub(crate) guard: G,
     pub(crate) id: PageId,
@@ -395,12 +396,9 @@ impl<S: PageStore> Tree<S> {
     /// Below this many used bytes, an underfull page that cannot merge with
     /// its sibling takes records from it; between this and
     /// [`Tree::threshold_bytes`] it only merges (InnoDB's `btr_compress`
-    /// merges and never redistributes). Redistributing every underfull page
-    /// at once rewrote two pages that the next deletes made underfull again:
-    /// deleting half of 100,000 random keys (`profile_rows remove`) took
-    /// 793 merges and 2,677 redistributions, 112 MB of log and ~770 ms;
-    /// merging first, 796 merges and 5 redistributions, 59 MB and ~430 ms,
-    /// with the same leaves left (853 against 858, 66 % full).
+    /// merges and never redistributes). Redistributing at once rewrote two
+    /// pages that the next deletes made underfull again (measured in
+    /// docs/design.md, "Split policies").
     pub(crate) fn redistribution_bytes(&self) -> usize {
         self.threshold_bytes() / 2
     }
@@ -451,32 +449,14 @@ impl<S: PageStore> Tree<S> {
         level: u8,
         fix: impl Fn(PageId) -> Result<S::Shared<'a>>,
     ) -> Result<(S::Shared<'a>, PageId)> {
-        self.descend_spanned(key, level, fix)
-            .map(|(g, id, _span)| (g, id))
-    }
-
-    /// [`Tree::descend`], and the key span the last parent gives the page
-    /// (for [`page::probe_in`]); `None` for the root and for a first or
-    /// last child.
-    fn descend_spanned<'a>(
-        &'a self,
-        key: &[u8],
-        level: u8,
-        fix: impl Fn(PageId) -> Result<S::Shared<'a>>,
-    ) -> Result<(S::Shared<'a>, PageId, Option<page::KeySpan>)> {
         let mut g = fix(self.root)?;
         let mut id = self.root;
-        let mut span = None;
         loop {
             expect_node(&g, id)?;
             if page::is_leaf(&g) || page::level(&g) <= level {
-                return Ok((g, id, span));
+                return Ok((g, id));
             }
-            let (off, child) = page::child_for(&g, key);
-            if page::level(&g) <= level.saturating_add(1) {
-                span = page::KeySpan::of_child(&g, off);
-            }
-            id = child;
+            id = page::child_for(&g, key).1;
             g = fix(id)?;
         }
     }
@@ -532,8 +512,8 @@ impl<S: PageStore> Tree<S> {
     /// [`Tree::leaf_shared`] for a point read: every page is fixed with
     /// [`PageStore::fix_shared_point`].
     fn leaf_shared_point(&self, key: &[u8]) -> Result<(S::Shared<'_>, Option<page::KeySpan>)> {
-        let (leaf, _, span) = self.descend_spanned(key, 0, |id| self.store.fix_shared_point(id))?;
-        Ok((leaf, span))
+        let found = self.leaf_found(key, 0, |id| self.store.fix_shared_point(id))?;
+        Ok((found.guard, found.span))
     }
 
     /// Like [`Tree::leaf_shared`], and also the ids of up to `max` leaves
@@ -544,7 +524,17 @@ impl<S: PageStore> Tree<S> {
         key: &[u8],
         max: usize,
     ) -> Result<FoundLeaf<S::Shared<'_>>> {
-        let (parent, parent_id) = self.descend(key, 1, |id| self.store.fix_shared(id))?;
+        self.leaf_found(key, max, |id| self.store.fix_shared(id))
+    }
+
+    /// [`Tree::leaf_shared_following`], every page fixed with `fix`.
+    fn leaf_found<'a>(
+        &'a self,
+        key: &[u8],
+        max: usize,
+        fix: impl Fn(PageId) -> Result<S::Shared<'a>>,
+    ) -> Result<FoundLeaf<S::Shared<'a>>> {
+        let (parent, parent_id) = self.descend(key, 1, &fix)?;
         if page::is_leaf(&parent) {
             return Ok(FoundLeaf {
                 guard: parent,
@@ -562,7 +552,7 @@ impl<S: PageStore> Tree<S> {
             .map(|o| page::rec_child(&parent, o))
             .collect();
         // Fixed while the parent is still latched (latch coupling).
-        let leaf = self.store.fix_shared(id)?;
+        let leaf = fix(id)?;
         expect_node(&leaf, id)?;
         if !page::is_leaf(&leaf) {
             return Err(Error::Corrupted {
