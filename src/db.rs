@@ -992,10 +992,10 @@ impl DbInner {
             // Memory may hold changes the log does not: write nothing more.
             Ok(())
         } else {
-            // The last checkpoint leaves the log empty: cut its ring off the
-            // file (open makes it again).
+            // The last checkpoint leaves the log empty: restart its ring,
+            // so that a closed database keeps no ring (see `Wal::restart_ring`).
             self.checkpoint()
-                .and_then(|()| self.wal.cut_ring_at_close().map(|_| ()))
+                .and_then(|()| self.wal.restart_ring().map(|_| ()))
         };
         for tree in self.trees.read().iter() {
             tree.load().cleaner.lock().take();

@@ -277,7 +277,9 @@ impl Options {
     /// Size of the circular write-ahead log. Fixed when the database is
     /// created: opening an existing database keeps its log's size whatever
     /// this says (with a warning when they differ), so admin tools open any
-    /// database. Default = 128 MiB; at least 1 MiB.
+    /// database. The file grows to it with the log's first lap, and gives
+    /// it back at a clean close and after `Db::compact`. Default = 128 MiB;
+    /// at least 1 MiB.
     #[must_use]
     pub fn log_bytes(mut self, log_bytes: u64) -> Self {
         self.log_bytes = log_bytes;

@@ -13,7 +13,9 @@
 //!    after every record of both trees;
 //! 4. replace the old entry by `N` in `CATALOG` (write-sync-rename-sync):
 //!    the commit point;
-//! 5. swap the incarnation every `Tree` handle reads, delete the old file.
+//! 5. swap the incarnation every `Tree` handle reads, delete the old file;
+//! 6. restart the log's ring empty (`Wal::restart_ring`): the file keeps
+//!    only its checkpoint slots and grows again with the next writes.
 //!
 //! A crash before 4 reopens the old tree (`N`'s file is an orphan, deleted
 //! at open, and a checkpoint then moves recovery past its records so that a
@@ -119,7 +121,16 @@ impl DbInner {
                     return Ok(None);
                 }
                 self.swap(&mut catalog, &slot, new, stop)?;
-                Ok((stop.is_none()).then_some(stats))
+                if stop.is_some() {
+                    return Ok(None);
+                }
+                // Step 6: nothing was logged since the checkpoint; give the
+                // log's ring back as well (it grows again with the writes).
+                if let Err(e) = self.wal.restart_ring() {
+                    self.fail(&e);
+                    return Err(e);
+                }
+                Ok(Some(stats))
             }
             Ok(None) => Ok(None),
             Err(e) => {

@@ -14,12 +14,15 @@
 //!     24    8 ring_bytes       size of the log ring; must match on open
 //!     32    4 payload_len      bytes of payload that follow the header
 //!     36    4 crc32c           over [0, 48 + payload_len) with this field zero
-//!     40    4 flags            bit 0: the ring was cut off at a clean close
+//!     40    4 flags            bit 0: the ring is growing (its first lap:
+//!                              the file may end before the ring does)
 //!     44    4 reserved         zero
 //!     48    . payload          opaque to the log (the Db's catalog root, ...)
 //! ```
 //!
-//! Version 1 slots (no flags, the payload at 40) are still read.
+//! Version 1 slots (no flags, the payload at 40) and version 2 slots (bit 0
+//! meant "cut off at a clean close": a growing ring of which the file holds
+//! nothing) are still read.
 
 use barracuda_codec::Lsn;
 
@@ -28,8 +31,13 @@ use crate::error::{Error, Result};
 /// Marks a checkpoint slot.
 pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"BRCK");
 
-/// Version of the slot layout above.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 2;
+/// Version of the slot layout above. Version 3 gave flag bit 0 the wider
+/// meaning "growing": a build that knew only version 2 would take a growing
+/// ring for an empty one and skip its records, so it must refuse the slot.
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 3;
+
+/// The version whose flag bit 0 meant "cut off at a clean close".
+const CHECKPOINT_V2: u32 = 2;
 
 /// Bytes of a slot header before the payload.
 pub const CHECKPOINT_HEADER_BYTES: usize = 48;
@@ -37,9 +45,8 @@ pub const CHECKPOINT_HEADER_BYTES: usize = 48;
 /// Bytes of a version 1 slot header (no flags).
 const CHECKPOINT_V1_HEADER_BYTES: usize = 40;
 
-/// Flag: the log was empty after the checkpoint and its ring was cut off
-/// from the file at a clean close; opening re-makes it.
-const FLAG_RING_CUT: u32 = 1;
+/// Flag: the ring is growing ([`Checkpoint::ring_growing`]).
+const FLAG_RING_GROWING: u32 = 1;
 
 /// Largest payload: a slot must fit one 512-byte sector, the unit the
 /// storage writes atomically.
@@ -57,11 +64,12 @@ pub struct Checkpoint {
     pub lsn: Lsn,
     /// Size of the log ring the slot was written for.
     pub ring_bytes: u64,
-    /// The log held nothing after `lsn` and its ring was cut off from the
-    /// file at a clean close (the file is the two slots alone); opening
-    /// re-makes the ring. A file shorter than its ring without this flag
-    /// is damage.
-    pub ring_cut: bool,
+    /// The ring is in its first lap since it was made (a new log) or
+    /// restarted empty (at a clean close, after a compaction): the file may
+    /// end before the ring does, and nothing of this lap lies past its end,
+    /// so recovery reads that part as zeros. A file shorter than its ring
+    /// without this flag is damage.
+    pub ring_growing: bool,
     /// Opaque bytes for the layer above (at most
     /// [`CHECKPOINT_PAYLOAD_BYTES_MAX`]).
     pub payload: Vec<u8>,
@@ -80,7 +88,11 @@ impl Checkpoint {
         sector[24..32].copy_from_slice(&self.ring_bytes.to_le_bytes());
         let payload_len = u32::try_from(self.payload.len()).expect("bounded payload");
         sector[32..36].copy_from_slice(&payload_len.to_le_bytes());
-        let flags = if self.ring_cut { FLAG_RING_CUT } else { 0 };
+        let flags = if self.ring_growing {
+            FLAG_RING_GROWING
+        } else {
+            0
+        };
         sector[40..44].copy_from_slice(&flags.to_le_bytes());
         let end = CHECKPOINT_HEADER_BYTES + self.payload.len();
         sector[CHECKPOINT_HEADER_BYTES..end].copy_from_slice(&self.payload);
@@ -110,7 +122,7 @@ impl Checkpoint {
         }
         let (header_bytes, flags) = match u32_at(4) {
             1 => (CHECKPOINT_V1_HEADER_BYTES, 0),
-            CHECKPOINT_FORMAT_VERSION => (CHECKPOINT_HEADER_BYTES, u32_at(40)),
+            CHECKPOINT_V2 | CHECKPOINT_FORMAT_VERSION => (CHECKPOINT_HEADER_BYTES, u32_at(40)),
             _ => return Err(corrupted("unknown format version")),
         };
         let payload_len = u32_at(32) as usize;
@@ -124,14 +136,14 @@ impl Checkpoint {
         if crc != u32_at(CRC_OFFSET) {
             return Err(corrupted("checksum mismatch"));
         }
-        if flags & !FLAG_RING_CUT != 0 {
+        if flags & !FLAG_RING_GROWING != 0 {
             return Err(corrupted("unknown flags"));
         }
         Ok(Some(Checkpoint {
             sequence: u64_at(8),
             lsn: Lsn(u64_at(16)),
             ring_bytes: u64_at(24),
-            ring_cut: flags & FLAG_RING_CUT != 0,
+            ring_growing: flags & FLAG_RING_GROWING != 0,
             payload: sector[header_bytes..end].to_vec(),
         }))
     }
@@ -165,7 +177,7 @@ mod tests {
             sequence,
             lsn: Lsn(4096 * sequence),
             ring_bytes: 1 << 20,
-            ring_cut: sequence % 2 == 1,
+            ring_growing: sequence % 2 == 1,
             payload: b"catalog".to_vec(),
         }
     }
@@ -224,10 +236,24 @@ mod tests {
                 sequence: 7,
                 lsn: Lsn(8192),
                 ring_bytes: 1 << 20,
-                ring_cut: false,
+                ring_growing: false,
                 payload: b"abc".to_vec(),
             }
         );
+    }
+
+    #[test]
+    fn a_version_2_cut_flag_reads_as_growing() {
+        let mut slot = [0u8; 512];
+        checkpoint(3).encode(&mut slot);
+        slot[4..8].copy_from_slice(&CHECKPOINT_V2.to_le_bytes());
+        let crc = {
+            let c = crc32c::crc32c(&slot[..CRC_OFFSET]);
+            let c = crc32c::crc32c_append(c, &[0; 4]);
+            crc32c::crc32c_append(c, &slot[CRC_OFFSET + 4..CHECKPOINT_HEADER_BYTES + 7])
+        };
+        slot[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Checkpoint::decode(&slot, 0).unwrap(), Some(checkpoint(3)));
     }
 
     #[test]

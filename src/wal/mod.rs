@@ -17,6 +17,13 @@
 //! and is padded with zeros to the next boundary, so no synced sector is
 //! ever rewritten.
 //!
+//! The file grows with the ring's first lap: a new log, or one restarted
+//! empty ([`Wal::restart_ring`]: at a clean close, after a compaction),
+//! holds only its slots, and the flushes extend it a few MiB ahead of the
+//! log until the ring is whole. Its checkpoint says so
+//! ([`Checkpoint::ring_growing`]), and recovery reads the part past the
+//! file's end as zeros.
+//!
 //! Recovery ([`Wal::open`]) reads the newest valid checkpoint slot and
 //! replays groups from its LSN until the first one that is missing or fails
 //! its CRC: that is the end of the log. Unsynced bytes can only lie in the
@@ -161,6 +168,11 @@ impl Layout {
         lsn.next_multiple_of(self.sector_bytes)
     }
 
+    /// The first LSN of the lap of the ring that `lsn` lies in.
+    fn lap_start(&self, lsn: u64) -> u64 {
+        lsn - lsn % self.ring_bytes
+    }
+
     /// The pieces of the file holding `[lsn, lsn + len)`: one, or two where
     /// the range wraps around the ring's end. `(file offset, len)`.
     fn pieces(&self, lsn: u64, len: u64) -> [(u64, u64); 2] {
@@ -190,21 +202,21 @@ struct State {
     /// `AlignedBuf::zeroed` fell from 4.1 % to 2.1 % of a bulk load's
     /// profile). Not kept above [`FLUSH_BUF_KEPT_BYTES_MAX`].
     flush_buf: Option<AlignedBuf>,
-    /// What of a freshly made ring is still a hole; `None` once one lap is
-    /// written (or for a ring found on open, assumed written).
+    /// What of a growing ring lies past the file's end; `None` once the
+    /// lap is written (the file is whole).
     unwritten: Option<Unwritten>,
 }
 
 /// The largest flush buffer the log keeps between flushes.
 const FLUSH_BUF_KEPT_BYTES_MAX: usize = 4 << 20;
 
-/// How far ahead of the log a flush writes zeros into a ring that was never
-/// written ([`Unwritten`]): one journal commit per this many bytes of log,
-/// not one per sync.
+/// How far ahead of the log a flush writes zeros while the ring grows
+/// ([`Unwritten`]): the file is extended, and the file system's journal
+/// committed, once per this many bytes of log, not once per sync.
 const ZERO_AHEAD_BYTES: u64 = 4 << 20;
 
-/// The part of a freshly made ring (a file hole) that no flush has written
-/// yet: LSNs `[from_lsn, until_lsn)`, one lap from where the log started.
+/// The part of a growing ring past the file's end, which no flush has
+/// written yet: LSNs `[from_lsn, until_lsn)`, up to the end of the lap.
 #[derive(Clone, Copy, Debug)]
 struct Unwritten {
     from_lsn: u64,
@@ -274,53 +286,58 @@ impl Wal {
             layout.ring_bytes = ring_bytes;
         }
         let mut checkpoint = checkpoint;
-        let ring_made = file.len()? < layout.file_len_bytes();
-        if ring_made {
-            if !checkpoint.ring_cut {
-                return Err(Error::LogCorrupted {
-                    lsn: checkpoint.lsn,
-                    reason: "log file shorter than its ring",
-                });
-            }
-            // Cut off at a clean close, with nothing after the checkpoint:
-            // make the ring again (zeros: an empty log), then clear the
-            // flag before anything is appended, so that a file found short
-            // later is damage again.
-            file.set_len(layout.file_len_bytes())?;
-            file.sync_data()?;
-            checkpoint = Checkpoint {
-                sequence: checkpoint.sequence + 1,
-                ring_cut: false,
-                ..checkpoint
-            };
-            write_checkpoint(
-                file.as_ref(),
-                &layout,
-                (checkpoint.sequence % 2) as usize,
-                &checkpoint,
-            )?;
+        let full_len = layout.file_len_bytes();
+        let file_len = file.len()?;
+        if file_len < full_len && !checkpoint.ring_growing {
+            return Err(Error::LogCorrupted {
+                lsn: checkpoint.lsn,
+                reason: "log file shorter than its ring",
+            });
         }
-        let end_lsn = if created || ring_made {
-            // A ring made just now is zeros: nothing to replay, no synced
-            // record to look for after the end, no tail to clean.
+        // A growing ring has no log past the file's end (the flushes extend
+        // it ahead of the log, and its lap cannot wrap before it is whole).
+        let growing = file_len < full_len;
+        let readable_end = if growing {
+            layout.lap_start(checkpoint.lsn.0) + file_len.saturating_sub(layout.ring_start_bytes)
+        } else {
+            u64::MAX
+        };
+        let end_lsn = if created || readable_end <= checkpoint.lsn.0 {
+            // Nothing to read: no replay, no synced record to look for
+            // after the end, no tail to clean.
             checkpoint.lsn.0
         } else {
-            let mut reader = Reader::new(file.as_ref(), layout, checkpoint.lsn.0);
+            let mut reader = Reader::new(file.as_ref(), layout, checkpoint.lsn.0, readable_end);
             let end_lsn = reader.replay(&mut apply)?;
             reader.check_nothing_synced_after(end_lsn, checkpoint.lsn.0)?;
-            let window = options.buffer_bytes_max as u64 + GROUP_BYTES_MAX as u64;
-            clean_tail(file.as_ref(), &layout, end_lsn, checkpoint.lsn.0, window)?;
+            let tail = Tail {
+                end_lsn,
+                checkpoint_lsn: checkpoint.lsn.0,
+                window_bytes: options.buffer_bytes_max as u64 + GROUP_BYTES_MAX as u64,
+                readable_end,
+            };
+            clean_tail(file.as_ref(), &layout, &tail)?;
             end_lsn
         };
-        let start = layout.round_up(end_lsn);
-        // A ring made by `set_len` just now is a hole: every first write
-        // to it allocates blocks, and each such sync commits the
-        // filesystem's journal. The flushes write zeros ahead of the log
-        // instead, a few MiB at a time, for one lap of the ring.
-        let unwritten = (created || ring_made).then_some(Unwritten {
-            from_lsn: start,
-            until_lsn: start + layout.ring_bytes,
-        });
+        let mut start = layout.round_up(end_lsn);
+        let unwritten = if !growing {
+            None
+        } else if readable_end < start {
+            // The file ends before the log starts (a ring cut at close by
+            // an earlier build): restart at the next lap, so that the file
+            // grows from the ring's start.
+            checkpoint = restart(file.as_ref(), &layout, &checkpoint, start)?;
+            start = checkpoint.lsn.0;
+            Some(Unwritten {
+                from_lsn: start,
+                until_lsn: start + layout.ring_bytes,
+            })
+        } else {
+            Some(Unwritten {
+                from_lsn: readable_end.max(start),
+                until_lsn: layout.lap_start(checkpoint.lsn.0) + layout.ring_bytes,
+            })
+        };
         tracing::debug!(
             checkpoint = checkpoint.lsn.0,
             end = end_lsn,
@@ -576,7 +593,8 @@ impl Wal {
                 sequence: state.checkpoint.sequence + 1,
                 lsn,
                 ring_bytes: self.layout.ring_bytes,
-                ring_cut: false,
+                // Until the lap is whole, a crash may leave the file short.
+                ring_growing: state.unwritten.is_some(),
                 payload: payload.to_vec(),
             }
         };
@@ -593,36 +611,48 @@ impl Wal {
         Ok(())
     }
 
-    /// At a clean close, after the last checkpoint: if the log holds
-    /// nothing after it, records that in a new checkpoint slot (the same
-    /// LSN and payload, [`Checkpoint::ring_cut`] set), then cuts the ring
-    /// off the file, which keeps only its two slots: a closed database does
-    /// not keep `log_bytes` of log it will never replay. [`Wal::open`]
-    /// makes the ring again. A crash between the two steps leaves a whole
-    /// ring and a flag that means nothing then. Returns whether it cut. The
-    /// log must take no more appends.
-    pub fn cut_ring_at_close(&self) -> Result<bool> {
+    /// Restarts an empty log at the start of its ring and gives the ring's
+    /// space back to the file system: if the log holds nothing after the
+    /// checkpoint (a clean close, the end of a compaction), writes a slot at
+    /// the next lap's first LSN, flagged [`Checkpoint::ring_growing`], then
+    /// truncates the file to its two slots. The file grows again as the log
+    /// is written, up to the ring. A crash between the two steps leaves a
+    /// whole ring whose log starts at that LSN: empty. Returns whether it
+    /// restarted. The caller keeps appends out (the Db's write mutex).
+    pub fn restart_ring(&self) -> Result<bool> {
         let _checkpointing = self.checkpoint_lock.lock();
-        let next = {
-            let state = self.state.lock();
-            check_failure(&state)?;
-            // Nothing but a flush's sector padding after the checkpoint.
-            let empty_after = state.buffer.is_empty()
-                && state.buffer_lsn <= self.layout.round_up(state.checkpoint.lsn.0);
-            if !empty_after || state.flushing {
-                return Ok(false);
-            }
-            Checkpoint {
-                sequence: state.checkpoint.sequence + 1,
-                ring_cut: true,
-                ..state.checkpoint.clone()
+        let mut state = self.state.lock();
+        check_failure(&state)?;
+        // Nothing but a flush's sector padding after the checkpoint.
+        let empty_after = state.buffer.is_empty()
+            && state.buffer_lsn <= self.layout.round_up(state.checkpoint.lsn.0);
+        if !empty_after || state.flushing {
+            return Ok(false);
+        }
+        let restarted = restart(
+            self.file.as_ref(),
+            &self.layout,
+            &state.checkpoint,
+            state.buffer_lsn,
+        );
+        let next = match restarted {
+            Ok(next) => next,
+            Err(e) => {
+                state.failure = Some(e.to_string());
+                self.flushed.notify_all();
+                return Err(e);
             }
         };
-        let slot = (next.sequence % 2) as usize;
-        write_checkpoint(self.file.as_ref(), &self.layout, slot, &next)?;
-        self.file.set_len(self.layout.ring_start_bytes)?;
-        self.file.sync_data()?;
-        self.state.lock().checkpoint = next;
+        let lsn = next.lsn.0;
+        state.buffer_lsn = lsn;
+        state.unwritten = Some(Unwritten {
+            from_lsn: lsn,
+            until_lsn: lsn + self.layout.ring_bytes,
+        });
+        state.stats.durable_lsn = lsn;
+        state.stats.checkpoint_lsn = lsn;
+        state.checkpoint = next;
+        self.durable_lsn.store(lsn, Ordering::Release);
         Ok(true)
     }
 
@@ -670,17 +700,43 @@ fn read_checkpoint(file: &dyn BlockFile, layout: &Layout) -> Result<Option<Check
     }
 }
 
+/// Makes a new log: its slots, and the ring up to the first LSN (zeros);
+/// the rest of the ring grows as the log is written.
 fn create(file: &dyn BlockFile, layout: &Layout) -> Result<Checkpoint> {
-    file.set_len(layout.file_len_bytes())?;
+    let lsn = layout.first_lsn();
+    file.set_len(layout.ring_start_bytes + lsn.0 % layout.ring_bytes)?;
     let checkpoint = Checkpoint {
         sequence: 0,
-        lsn: layout.first_lsn(),
+        lsn,
         ring_bytes: layout.ring_bytes,
-        ring_cut: false,
+        ring_growing: true,
         payload: Vec::new(),
     };
     write_checkpoint(file, layout, 0, &checkpoint)?;
     Ok(checkpoint)
+}
+
+/// Restarts an empty log (see [`Wal::restart_ring`]): a slot at the first
+/// LSN at or after `from_lsn` where a lap starts, flagged growing, then the
+/// file cut to its slots. Everything before `from_lsn` must be durable and
+/// checkpointed. Returns the new checkpoint.
+fn restart(
+    file: &dyn BlockFile,
+    layout: &Layout,
+    checkpoint: &Checkpoint,
+    from_lsn: u64,
+) -> Result<Checkpoint> {
+    let next = Checkpoint {
+        sequence: checkpoint.sequence + 1,
+        lsn: Lsn(from_lsn.next_multiple_of(layout.ring_bytes)),
+        ring_bytes: layout.ring_bytes,
+        ring_growing: true,
+        payload: checkpoint.payload.clone(),
+    };
+    write_checkpoint(file, layout, (next.sequence % 2) as usize, &next)?;
+    file.set_len(layout.ring_start_bytes)?;
+    file.sync_data()?;
+    Ok(next)
 }
 
 fn write_checkpoint(
@@ -696,28 +752,34 @@ fn write_checkpoint(
     Ok(())
 }
 
-/// Zeroes the part of the ring after the end of the log that the last,
-/// interrupted flush may have written, and syncs. Nothing there was
-/// acknowledged; left in place, a record of it could be replayed after a
-/// later crash, behind records written after this recovery.
-fn clean_tail(
-    file: &dyn BlockFile,
-    layout: &Layout,
+/// Where recovery ended, for [`clean_tail`].
+struct Tail {
     end_lsn: u64,
     checkpoint_lsn: u64,
     window_bytes: u64,
-) -> Result<()> {
-    let start = end_lsn - end_lsn % layout.sector_bytes;
-    let live_end = checkpoint_lsn + layout.ring_bytes;
+    /// A growing ring's file ends at this LSN (`u64::MAX`: a whole ring).
+    readable_end: u64,
+}
+
+/// Zeroes the part of the ring after the end of the log that the last,
+/// interrupted flush may have written, and syncs. Nothing there was
+/// acknowledged; left in place, a record of it could be replayed after a
+/// later crash, behind records written after this recovery. A growing
+/// ring's file holds nothing past its end, so that part is left alone.
+fn clean_tail(file: &dyn BlockFile, layout: &Layout, tail: &Tail) -> Result<()> {
+    let start = tail.end_lsn - tail.end_lsn % layout.sector_bytes;
+    let live_end = tail.checkpoint_lsn + layout.ring_bytes;
     let live_end = live_end - live_end % layout.sector_bytes;
-    let limit = live_end.min(layout.round_up(end_lsn + window_bytes));
+    let limit = live_end
+        .min(layout.round_up(tail.end_lsn + tail.window_bytes))
+        .min(tail.readable_end);
     if limit <= start {
         return Ok(());
     }
     // Keep the bytes of the sector that holds the end of the log.
     let mut first = file.alloc_buf(layout.sector_bytes as usize);
     read_ring(file, layout, start, &mut first)?;
-    first[(end_lsn - start) as usize..].fill(0);
+    first[(tail.end_lsn - start) as usize..].fill(0);
     write_ring(file, layout, start, &first)?;
     let zeros = vec![0u8; RECOVERY_READ_BYTES as usize];
     let mut at = start + layout.sector_bytes;
@@ -774,16 +836,24 @@ struct Reader<'a> {
     window_lsn: u64,
     window: Vec<u8>,
     start_lsn: u64,
+    /// Past this LSN the file has ended: zeros (a growing ring).
+    readable_end: u64,
 }
 
 impl<'a> Reader<'a> {
-    fn new(file: &'a dyn BlockFile, layout: Layout, start_lsn: u64) -> Reader<'a> {
+    fn new(
+        file: &'a dyn BlockFile,
+        layout: Layout,
+        start_lsn: u64,
+        readable_end: u64,
+    ) -> Reader<'a> {
         Reader {
             file,
             layout,
             window_lsn: 0,
             window: Vec::new(),
             start_lsn,
+            readable_end,
         }
     }
 
@@ -799,7 +869,10 @@ impl<'a> Reader<'a> {
                 .min(from + self.layout.ring_bytes)
                 .max(self.layout.round_up(end));
             self.window.resize((to - from) as usize, 0);
-            read_ring(self.file, &self.layout, from, &mut self.window)?;
+            let readable = self.readable_end.clamp(from, to);
+            let (file_part, past_end) = self.window.split_at_mut((readable - from) as usize);
+            read_ring(self.file, &self.layout, from, file_part)?;
+            past_end.fill(0);
             self.window_lsn = from;
         }
         let at = (lsn - self.window_lsn) as usize;
@@ -865,7 +938,7 @@ impl<'a> Reader<'a> {
     /// it starts was written only after everything before it was synced, so
     /// the group that ended replay at `end_lsn` was damaged after a sync.
     fn check_nothing_synced_after(&mut self, end_lsn: u64, checkpoint_lsn: u64) -> Result<()> {
-        let limit = checkpoint_lsn + self.layout.ring_bytes;
+        let limit = (checkpoint_lsn + self.layout.ring_bytes).min(self.readable_end);
         let mut lsn = self.layout.round_up(end_lsn + 1);
         while lsn + GROUP_HEADER_BYTES as u64 <= limit {
             if let Some(header) = self.header_at(lsn)?

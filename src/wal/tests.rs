@@ -366,66 +366,187 @@ fn a_failed_sync_poisons_the_log() {
     ));
 }
 
+/// A ring large enough that the file stays shorter than it for a while
+/// (the flushes extend it 4 MiB ahead of the log).
+fn large() -> WalOptions {
+    WalOptions::default()
+        .ring_bytes(32 << 20)
+        .buffer_bytes_max(16 << 10)
+}
+
 #[test]
-fn a_clean_close_cuts_the_ring_and_open_makes_it_again() {
+fn a_new_log_grows_with_its_ring_and_replays_from_a_short_file() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let mut rng = SmallRng::seed_from_u64(11);
+    let (wal, checkpoint) = Wal::open(file.clone(), &large(), |_| Ok(())).unwrap();
+    assert!(checkpoint.ring_growing);
+    assert!(file.len().unwrap() <= 8 << 10, "a new log is its slots");
+    let mut end = Lsn(0);
+    for n in 0..50 {
+        end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
+    }
+    wal.flush_to(end).unwrap();
+    let grown = file.len().unwrap();
+    assert!(
+        grown > end.0 && grown < (8 << 20),
+        "{grown} bytes: the log and 4 MiB of zeros ahead"
+    );
+    // A checkpoint while the ring grows keeps the flag: the file is short.
+    wal.checkpoint(wal.durable_lsn(), b"").unwrap();
+    assert!(wal.last_checkpoint().ring_growing);
+    for n in 50..60 {
+        end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
+    }
+    wal.flush_to(end).unwrap();
+    drop(wal);
+    let (wal, seen) = replay(file.clone(), &large()).unwrap();
+    assert_eq!(seen, (50..60).collect::<Vec<_>>());
+    // Appends go on where the replay ended, into the short file.
+    for n in 60..70 {
+        end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
+    }
+    wal.flush_to(end).unwrap();
+    drop(wal);
+    let (_, seen) = replay(file.clone(), &large()).unwrap();
+    assert_eq!(seen, (50..70).collect::<Vec<_>>());
+    assert!(file.len().unwrap() < 32 << 20);
+}
+
+#[test]
+fn a_whole_ring_checkpoints_without_the_flag_and_a_cut_file_is_damage() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let mut rng = SmallRng::seed_from_u64(13);
+    let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
+    // One flush writes zeros to the end of the small ring: it is whole.
+    let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
+    wal.flush_to(range.end).unwrap();
+    let layout = Layout::new(file.as_ref(), &small()).unwrap();
+    assert_eq!(file.len().unwrap(), layout.file_len_bytes());
+    wal.checkpoint(range.start, b"").unwrap();
+    assert!(!wal.last_checkpoint().ring_growing);
+    drop(wal);
+    file.set_len(layout.file_len_bytes() - 4096).unwrap();
+    let err = Wal::open(file, &small(), |_| Ok(())).expect_err("a short whole ring");
+    assert!(matches!(err, Error::LogCorrupted { .. }), "{err}");
+}
+
+#[test]
+fn a_restart_gives_the_ring_back_and_the_log_goes_on() {
     let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
     let mut rng = SmallRng::seed_from_u64(12);
     let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
-    let full_len = file.len().unwrap();
     let mut end = Lsn(0);
     for n in 0..20 {
         end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
     }
-    // Groups after the checkpoint: nothing is cut.
+    // Groups after the checkpoint: nothing is restarted.
     wal.flush_to(end).unwrap();
-    assert!(!wal.cut_ring_at_close().unwrap());
-    assert_eq!(file.len().unwrap(), full_len);
+    let whole = file.len().unwrap();
+    assert!(!wal.restart_ring().unwrap());
+    assert_eq!(file.len().unwrap(), whole);
     wal.checkpoint(end, b"root").unwrap();
-    assert!(wal.cut_ring_at_close().unwrap());
+    assert!(wal.restart_ring().unwrap());
     let cut_len = file.len().unwrap();
-    assert!(cut_len < 16 << 10, "{cut_len} bytes left");
+    assert!(cut_len <= 4096, "{cut_len} bytes left");
+    let restarted = wal.last_checkpoint();
+    assert!(restarted.ring_growing);
+    assert_eq!(restarted.lsn.0 % wal.ring_bytes(), 0, "at a lap's start");
+    assert!(restarted.lsn > end);
+    assert_eq!(wal.next_lsn(), restarted.lsn);
+    // Reopened as it is (no close): nothing to replay, the same checkpoint.
     drop(wal);
     let (wal, checkpoint) = Wal::open(file.clone(), &small(), |_| {
         panic!("an empty log replays nothing")
     })
     .unwrap();
-    assert_eq!(file.len().unwrap(), full_len);
-    assert_eq!(
-        (checkpoint.lsn, &checkpoint.payload[..]),
-        (end, &b"root"[..])
+    assert_eq!(checkpoint, restarted);
+    assert_eq!(&checkpoint.payload[..], b"root");
+    assert!(
+        file.len().unwrap() <= cut_len,
+        "opening reads, it does not grow"
     );
-    assert!(!checkpoint.ring_cut);
-    // The log goes on after it, and replays what it was given since.
-    for n in 20..30 {
+    // The log goes on from the lap's start, and replays what it was given.
+    let first = wal.append(&numbered_group(20, &mut rng)).unwrap();
+    assert!(
+        first.start > restarted.lsn && first.start.0 < restarted.lsn.0 + 512,
+        "after the flush-start marker at {}: {}",
+        restarted.lsn,
+        first.start
+    );
+    end = first.end;
+    for n in 21..30 {
         end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
     }
     wal.flush_to(end).unwrap();
     drop(wal);
-    let (_, seen) = replay(file.clone(), &small()).unwrap();
+    let (_, seen) = replay(file, &small()).unwrap();
     assert_eq!(seen, (20..30).collect::<Vec<_>>());
-    // Opening cleared the flag: a log cut short now is damage.
-    file.set_len(cut_len).unwrap();
-    assert!(matches!(
-        Wal::open(file, &small(), |_| Ok(())),
-        Err(Error::LogCorrupted { .. })
-    ));
 }
 
 #[test]
-fn a_crash_between_the_flag_and_the_cut_opens_normally() {
+fn a_version_2_ring_cut_at_close_restarts_at_open() {
     let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let mut rng = SmallRng::seed_from_u64(14);
     let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
-    let end = wal.next_lsn();
-    wal.checkpoint(end, b"").unwrap();
+    let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
+    wal.flush_to(range.end).unwrap();
+    wal.checkpoint(range.end, b"catalog").unwrap();
     let last = wal.last_checkpoint();
     drop(wal);
-    // What `cut_ring_at_close` writes first; the crash comes before the cut.
-    let flagged = Checkpoint {
+    // What an earlier build's close left: the slot (same LSN, the flag)
+    // and the file cut to its slots; the LSN is not at a lap's start.
+    let cut = Checkpoint {
         sequence: last.sequence + 1,
-        ring_cut: true,
+        ring_growing: true,
         ..last
     };
     let layout = Layout::new(file.as_ref(), &small()).unwrap();
+    write_checkpoint(file.as_ref(), &layout, (cut.sequence % 2) as usize, &cut).unwrap();
+    file.set_len(layout.ring_start_bytes).unwrap();
+    let (wal, checkpoint) = Wal::open(file.clone(), &small(), |_| {
+        panic!("an empty log replays nothing")
+    })
+    .unwrap();
+    assert!(checkpoint.ring_growing);
+    assert_eq!(checkpoint.lsn.0 % wal.ring_bytes(), 0, "restarted at a lap");
+    assert_eq!(checkpoint.payload, b"catalog");
+    let range = wal.append(&numbered_group(1, &mut rng)).unwrap();
+    wal.flush_to(range.end).unwrap();
+    drop(wal);
+    let (_, seen) = replay(file, &small()).unwrap();
+    assert_eq!(seen, vec![1]);
+}
+
+#[test]
+fn a_crash_between_the_restart_slot_and_the_cut_opens_empty() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let mut rng = SmallRng::seed_from_u64(15);
+    let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
+    // Several laps of groups, so old records lie all over the ring.
+    for n in 0..400 {
+        let range = match wal.append(&numbered_group(n, &mut rng)) {
+            Ok(range) => range,
+            Err(Error::LogFull { .. }) => {
+                wal.flush_to(wal.next_lsn()).unwrap();
+                wal.checkpoint(wal.durable_lsn(), b"").unwrap();
+                wal.append(&numbered_group(n, &mut rng)).unwrap()
+            }
+            Err(e) => panic!("{e}"),
+        };
+        wal.flush_to(range.end).unwrap();
+    }
+    wal.checkpoint(wal.durable_lsn(), b"").unwrap();
+    let last = wal.last_checkpoint();
+    let next_lsn = wal.next_lsn();
+    drop(wal);
+    // What `restart_ring` writes first; the crash comes before the cut.
+    let layout = Layout::new(file.as_ref(), &small()).unwrap();
+    let flagged = Checkpoint {
+        sequence: last.sequence + 1,
+        lsn: Lsn(next_lsn.0.next_multiple_of(layout.ring_bytes)),
+        ring_growing: true,
+        ..last
+    };
     write_checkpoint(
         file.as_ref(),
         &layout,
@@ -433,14 +554,46 @@ fn a_crash_between_the_flag_and_the_cut_opens_normally() {
         &flagged,
     )
     .unwrap();
-    let full_len = file.len().unwrap();
-    let (wal, checkpoint) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
-    assert!(checkpoint.ring_cut, "the flag was written");
-    assert_eq!(file.len().unwrap(), full_len);
-    let mut rng = SmallRng::seed_from_u64(3);
-    let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
+    let whole = file.len().unwrap();
+    let (wal, checkpoint) = Wal::open(file.clone(), &small(), |_| {
+        panic!("records of earlier laps are not this lap's")
+    })
+    .unwrap();
+    assert_eq!(checkpoint, flagged);
+    assert_eq!(file.len().unwrap(), whole);
+    let range = wal.append(&numbered_group(1000, &mut rng)).unwrap();
     wal.flush_to(range.end).unwrap();
     drop(wal);
     let (_, seen) = replay(file, &small()).unwrap();
-    assert_eq!(seen, vec![0]);
+    assert_eq!(seen, vec![1000]);
+}
+
+#[test]
+fn crashes_while_the_ring_grows_lose_nothing_acknowledged() {
+    for seed in 0..20u64 {
+        let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let fault = crashing_file(&inner, seed, rng.random_range(3..12));
+        let (wal, _) = replay(fault.clone(), &large()).unwrap();
+        let (ack1, appended1) = run_until_crash(&wal, 0, 80, &mut rng);
+        drop(wal);
+        fault.crash().unwrap();
+        let (wal, seen1) = replay(inner.clone(), &large()).unwrap();
+        drop(wal);
+        check_prefix(&seen1, 0, ack1, appended1);
+        assert!(
+            inner.len().unwrap() < 32 << 20,
+            "seed {seed}: the ring is still growing"
+        );
+        // A second epoch after recovery, crashing again.
+        let fault = crashing_file(&inner, seed + 1000, rng.random_range(2..12));
+        let (wal, seen) = replay(fault.clone(), &large()).unwrap();
+        assert_eq!(seen, seen1);
+        let (ack2, appended2) = run_until_crash(&wal, 1000, 80, &mut rng);
+        drop(wal);
+        fault.crash().unwrap();
+        let (_, seen2) = replay(inner.clone(), &large()).unwrap();
+        assert_eq!(&seen2[..seen1.len()], &seen1[..], "seed {seed}");
+        check_prefix(&seen2[seen1.len()..], 1000, ack2, appended2);
+    }
 }
