@@ -10,16 +10,21 @@ use crate::tree::{BATCH_IMAGES_MORE, Tree, batch_pinned_bytes, check_entry, imag
 const PREFETCH_OPS_MIN: usize = barracuda_btree::PREFETCH_SAMPLE_KEYS;
 
 /// Puts and deletes on any trees of one database, applied by [`crate::Db::write`]
-/// all or nothing, also across a crash (one log group).
+/// all or nothing, also across a crash.
 ///
-/// A batch's changed pages stay cached until it is logged, and the log
-/// bounds one group, so a batch's worst case (three pages per operation) must
-/// fit in half of each tree's pool, and its log size is limited
-/// (about `log_bytes / 4`, at most 16 MiB, where each operation counts
-/// three page images: about 680 operations with the default log and 8 KiB
-/// blocks); a larger batch is refused with [`Error::BatchTooLarge`]
-/// before anything changes. [`Tree::batch_ops_max`] says how many
-/// operations of a given size fit.
+/// A batch is logged as one group, or as several when its worst case does
+/// not fit one (16 MiB, and a quarter of the ring): every group but the
+/// last is marked continued, and recovery applies them only together with
+/// the last. A batch's changed pages stay cached until its last group is
+/// logged, and no checkpoint can pass it, so its worst case (three pages
+/// per operation) must fit in half of each tree's pool, and its log size
+/// in half the ring (`log_bytes / 2`, where each operation counts three
+/// page images): with the default log, 907 puts of 150 bytes with the
+/// default trees and pool (the pool's bound), 2,644 with a 1 GiB pool, and
+/// 1,332 with uncompressed 16 KiB pages and a 1 GiB pool (the log's). A
+/// larger batch is refused with [`Error::BatchTooLarge`] before anything
+/// changes.
+/// [`Tree::batch_ops_max`] says how many operations of a given size fit.
 ///
 /// Before it takes the write mutex, a batch of at least
 /// `barracuda_btree::PREFETCH_SAMPLE_KEYS` operations starts reading the
@@ -91,7 +96,7 @@ impl WriteBatch {
     }
 
     pub(crate) fn apply(self, db: &std::sync::Arc<DbInner>, durability: Durability) -> Result<()> {
-        let mut estimated = 0usize;
+        let mut op_bytes = Vec::with_capacity(self.ops.len());
         let mut image_bytes_max = 0;
         for (tree, op) in &self.ops {
             if !std::sync::Arc::ptr_eq(tree.db(), db) {
@@ -103,11 +108,14 @@ impl WriteBatch {
                 Op::Put(key, value) => check_entry(db, &tree.inner(), key, Some(value))?,
                 Op::Delete(key) => check_entry(db, &tree.inner(), key, None)?,
             };
-            estimated += bytes;
+            op_bytes.push(bytes);
             image_bytes_max = image_bytes_max.max(image_bytes(&tree.inner()));
         }
-        estimated += BATCH_IMAGES_MORE * image_bytes_max;
-        let limit = db.group_bytes_max();
+        // The levels above the parents and the meta pages, once per group.
+        let group_more = BATCH_IMAGES_MORE * image_bytes_max;
+        let group_limit = db.group_bytes_max();
+        let groups = batch_groups(&op_bytes, group_more, group_limit);
+        let estimated = op_bytes.iter().sum::<usize>() + groups * group_more;
         // Every page a batch changes stays in its pool, pinned at the
         // pending LSN, until the batch is logged: at most half the pool.
         for (tree, _) in &self.ops {
@@ -120,6 +128,7 @@ impl WriteBatch {
                 });
             }
         }
+        let limit = db.batch_bytes_max();
         if estimated > limit {
             return Err(Error::BatchTooLarge {
                 estimated_bytes: estimated,
@@ -127,8 +136,15 @@ impl WriteBatch {
             });
         }
         self.prefetch_leaves();
-        db.write(durability, |writer| {
-            for (tree, op) in &self.ops {
+        db.write_spanning(durability, estimated, |writer, split| {
+            // The worst case of the operations in the open group.
+            let mut in_group = 0;
+            for ((tree, op), &bytes) in self.ops.iter().zip(&op_bytes) {
+                if in_group > 0 && in_group + bytes + group_more > group_limit {
+                    split.next_group(writer)?;
+                    in_group = 0;
+                }
+                in_group += bytes;
                 // Loaded under the write mutex: a compaction cannot swap
                 // the tree until this write is logged.
                 let inner = tree.inner();
@@ -145,4 +161,20 @@ impl WriteBatch {
             Ok(())
         })
     }
+}
+
+/// How many log groups [`WriteBatch::apply`] splits operations of these
+/// worst-case log bytes into: a group ends before the operation that
+/// would take its worst case (with `group_more`) past `group_limit`.
+pub(crate) fn batch_groups(op_bytes: &[usize], group_more: usize, group_limit: usize) -> usize {
+    let mut groups = usize::from(!op_bytes.is_empty());
+    let mut in_group = 0;
+    for &bytes in op_bytes {
+        if in_group > 0 && in_group + bytes + group_more > group_limit {
+            groups += 1;
+            in_group = 0;
+        }
+        in_group += bytes;
+    }
+    groups
 }

@@ -53,7 +53,9 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use barracuda_btree::{LsnMode, OpContext, PageStore, PoolStore, Tree as BTree, TreeConfig};
+use barracuda_btree::{
+    LsnMode, OpContext, PagePatches, PageStore, PoolStore, Tree as BTree, TreeConfig,
+};
 use barracuda_codec::{Geometry, Lsn, PageId};
 use barracuda_io::{BlockFile, DirLock, FaultFile, IoOptions};
 use barracuda_pool::{
@@ -195,14 +197,44 @@ struct WriteState {
 #[derive(Default)]
 pub(crate) struct Writer {
     ops: Vec<(Arc<TreeInner>, OpContext)>,
+    /// The pages changed by this write's earlier groups, if it spans
+    /// several ([`GroupSplit::next_group`]): they stay pinned at the
+    /// pending LSN and are stamped with its last group's end.
+    logged: Vec<(Arc<TreeInner>, OpContext)>,
+    /// Groups of this write appended so far, each marked continued.
+    groups_appended: usize,
 }
 
 impl Writer {
     /// Whether any operation of this write changed a page.
     fn has_changes(&self) -> bool {
-        self.ops
-            .iter()
-            .any(|(_, op)| !op.pages.is_empty() || !op.allocated.is_empty() || !op.freed.is_empty())
+        self.groups_appended > 0
+            || self.ops.iter().any(|(_, op)| {
+                !op.pages.is_empty() || !op.allocated.is_empty() || !op.freed.is_empty()
+            })
+    }
+
+    /// Moves the pages of the changes just logged (patches dropped) to
+    /// `logged`, to be stamped with the write's last group.
+    fn move_logged(&mut self) {
+        for (tree, op) in &mut self.ops {
+            let index = match self.logged.iter().position(|(t, _)| Arc::ptr_eq(t, tree)) {
+                Some(index) => index,
+                None => {
+                    self.logged.push((Arc::clone(tree), OpContext::new()));
+                    self.logged.len() - 1
+                }
+            };
+            let logged = &mut self.logged[index].1;
+            logged
+                .pages
+                .extend(op.pages.drain(..).map(|page| PagePatches {
+                    page_id: page.page_id,
+                    patches: Vec::new(),
+                }));
+            logged.allocated.append(&mut op.allocated);
+            logged.freed.append(&mut op.freed);
+        }
     }
 
     /// Adds each tree's counted inserts and deletes to its meta page, once
@@ -224,6 +256,28 @@ impl Writer {
             }
         };
         &mut self.ops[index].1
+    }
+}
+
+/// Lets a write that may span several log groups end one between two of
+/// its operations ([`DbInner::write_spanning`]).
+pub(crate) struct GroupSplit<'a> {
+    db: &'a DbInner,
+    state: &'a mut WriteState,
+}
+
+impl GroupSplit<'_> {
+    /// Logs the changes `writer` made so far as a group marked continued:
+    /// recovery applies it only with the rest of the write, and drops it
+    /// if the log ends first. Its pages stay pinned until the write's last
+    /// group is logged, so none reaches the data file before; no checkpoint
+    /// can pass it either (the write holds the write mutex).
+    pub(crate) fn next_group(&mut self, writer: &mut Writer) -> Result<()> {
+        if self.db.append_group(self.state, writer, true)?.is_some() {
+            writer.move_logged();
+            writer.groups_appended += 1;
+        }
+        Ok(())
     }
 }
 
@@ -802,8 +856,22 @@ impl DbInner {
         durability: Durability,
         f: impl FnOnce(&mut Writer) -> Result<R>,
     ) -> Result<R> {
+        self.write_spanning(durability, self.group_bytes_max(), |writer, _| f(writer))
+    }
+
+    /// Runs `f` as one atomic write that may span several log groups: `f`
+    /// may end a group between two operations with [`GroupSplit`]. The ring
+    /// must hold all of it (no checkpoint passes a write): `log_bytes` is
+    /// its most, at most [`DbInner::batch_bytes_max`], and the write mutex
+    /// is taken once the log has that much room.
+    pub(crate) fn write_spanning<R>(
+        &self,
+        durability: Durability,
+        log_bytes: usize,
+        f: impl FnOnce(&mut Writer, &mut GroupSplit<'_>) -> Result<R>,
+    ) -> Result<R> {
         self.check_failure()?;
-        let mut state = self.lock_with_log_room()?;
+        let mut state = self.lock_with_log_room(log_bytes)?;
         let applied = self.write_locked(&mut state, f);
         drop(state);
         let (value, end) = applied?;
@@ -814,15 +882,16 @@ impl DbInner {
     }
 
     /// Runs `f` as one atomic write under the write mutex (held by the
-    /// caller) and logs it; returns its value and its group's end, if it
-    /// changed anything. Does not wait for durability.
+    /// caller) and logs it; returns its value and its last group's end, if
+    /// it changed anything. Does not wait for durability.
     fn write_locked<R>(
         &self,
         state: &mut WriteState,
-        f: impl FnOnce(&mut Writer) -> Result<R>,
+        f: impl FnOnce(&mut Writer, &mut GroupSplit<'_>) -> Result<R>,
     ) -> Result<(R, Option<Lsn>)> {
         let mut writer = Writer::default();
-        let result = f(&mut writer).and_then(|value| {
+        let mut split = GroupSplit { db: self, state };
+        let result = f(&mut writer, &mut split).and_then(|value| {
             writer.settle_entry_counts()?;
             Ok(value)
         });
@@ -854,12 +923,15 @@ impl DbInner {
         }
     }
 
-    /// The write mutex, once the log has room for a maximal group; makes
-    /// room with a checkpoint (without the mutex) if needed.
-    fn lock_with_log_room(&self) -> Result<parking_lot::MutexGuard<'_, WriteState>> {
+    /// The write mutex, once the log has room for `log_bytes`; makes room
+    /// with a checkpoint (without the mutex) if needed.
+    fn lock_with_log_room(
+        &self,
+        log_bytes: usize,
+    ) -> Result<parking_lot::MutexGuard<'_, WriteState>> {
         loop {
             let state = self.write.lock();
-            if self.log_has_room() {
+            if self.log_has_room(log_bytes) {
                 return Ok(state);
             }
             drop(state);
@@ -867,22 +939,50 @@ impl DbInner {
         }
     }
 
-    /// Whether the log has room for a maximal group (and an eighth of the
-    /// ring to spare).
-    fn log_has_room(&self) -> bool {
+    /// Whether the log has room for `log_bytes` (and an eighth of the ring
+    /// to spare).
+    fn log_has_room(&self, log_bytes: usize) -> bool {
         let ring = self.wal.ring_bytes();
         let free = ring.saturating_sub(self.wal.used_bytes());
-        free >= self.group_bytes_max() as u64 + (ring / 8)
+        free >= log_bytes as u64 + (ring / 8)
     }
 
-    /// The most log bytes one atomic write may need.
+    /// The most log bytes one log group may need: one operation's worst
+    /// case must fit.
     pub(crate) fn group_bytes_max(&self) -> usize {
         GROUP_BYTES_MAX.min((self.wal.ring_bytes() / 4) as usize)
     }
 
-    /// Logs the operations of `writer` as one group and stamps their pages.
+    /// The most log bytes one atomic write may need in all: half the ring.
+    /// A write larger than a group spans several, and no checkpoint can
+    /// pass it while it is applied, so the ring must hold all of it.
+    pub(crate) fn batch_bytes_max(&self) -> usize {
+        (self.wal.ring_bytes() / 2) as usize
+    }
+
+    /// Logs the operations of `writer` as its last group (or its only one)
+    /// and stamps every page it changed, in this group and in earlier ones.
     /// Returns the group's end, or `None` if nothing changed.
     fn log_ops(&self, state: &mut WriteState, writer: &Writer) -> Result<Option<Lsn>> {
+        let Some(end) = self.append_group(state, writer, false)? else {
+            return Ok(None);
+        };
+        for (tree, op) in writer.ops.iter().chain(&writer.logged) {
+            tree.tree.store().stamp(op, end);
+        }
+        Ok(Some(end))
+    }
+
+    /// Appends the changes `writer` holds as one group, marked `continued`
+    /// or not, and returns its end. Nothing is appended (`None`) for no
+    /// changes, unless they end a write whose earlier groups were appended:
+    /// its last group is then empty, the mark that finishes it.
+    fn append_group(
+        &self,
+        state: &mut WriteState,
+        writer: &Writer,
+        continued: bool,
+    ) -> Result<Option<Lsn>> {
         let WriteState { imaged, group } = state;
         group.clear();
         for (tree, op) in &writer.ops {
@@ -914,14 +1014,11 @@ impl DbInner {
                 }
             }
         }
-        if group.is_empty() {
+        if group.is_empty() && (continued || writer.groups_appended == 0) {
             return Ok(None);
         }
-        let range = self.wal.append(group)?;
-        for (tree, op) in &writer.ops {
-            tree.tree.store().stamp(op, range.end);
-        }
-        Ok(Some(range.end))
+        group.set_continued(continued);
+        Ok(Some(self.wal.append(group)?.end))
     }
 
     /// See the module documentation.
@@ -958,7 +1055,7 @@ impl DbInner {
     fn flush_tree_before(&self, tree: &TreeInner, target: Lsn) -> Result<()> {
         let pool = tree.pool();
         loop {
-            pool.flush_some(usize::MAX)?;
+            pool.flush_older_than(target, usize::MAX)?;
             match pool.oldest_dirty_lsn() {
                 None => break,
                 Some(oldest) if oldest > target => break,

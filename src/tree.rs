@@ -317,12 +317,19 @@ impl Tree {
     pub fn batch_ops_max(&self, key_bytes: usize, value_bytes: usize) -> usize {
         let inner = self.slot.load();
         let per_op = worst_case_log_bytes(&inner, key_bytes + value_bytes);
-        let by_log = self
-            .db
-            .group_bytes_max()
-            .saturating_sub(BATCH_IMAGES_MORE * image_bytes(&inner))
-            / per_op;
-        by_log.min(batch_ops_by_pool(&inner)).max(1)
+        let group_more = BATCH_IMAGES_MORE * image_bytes(&inner);
+        // `WriteBatch::apply` ends a group before the operation that would
+        // take it past the group limit: `per_group` operations each.
+        let per_group = (self.db.group_bytes_max().saturating_sub(group_more) / per_op).max(1);
+        let log_bytes = |ops: usize| ops * per_op + ops.div_ceil(per_group) * group_more;
+        let limit = self.db.batch_bytes_max();
+        let mut ops = (limit / (per_op + group_more.div_ceil(per_group)))
+            .min(batch_ops_by_pool(&inner))
+            .max(1);
+        while ops > 1 && log_bytes(ops) > limit {
+            ops -= 1;
+        }
+        ops
     }
 }
 

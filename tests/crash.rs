@@ -8,7 +8,14 @@
 //! kills land inside a compaction: the reopened tree must still hold
 //! exactly the acknowledged writes, in one tree file.
 //!
-//! 50 cycles by default; `BARRACUDA_CRASH_CYCLES=1000` for the long run.
+//! A second child writes only `WriteBatch`es large enough to span two log
+//! groups, with the log synced in the background every millisecond: each
+//! batch must be found whole or not at all. (A kill keeps every write the
+//! process made, synced or not, so it rarely separates a batch's groups;
+//! `tests/power_loss.rs` drops a batch's last group deterministically.)
+//!
+//! 50 cycles by default (20 for the batches); `BARRACUDA_CRASH_CYCLES=1000`
+//! for the long run.
 
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
@@ -18,12 +25,14 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use barracuda::{Db, Durability};
+use barracuda::{Db, Durability, WriteBatch};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 const CHILD_DIR_VAR: &str = "BARRACUDA_CRASH_CHILD_DIR";
 const CHILD_SEED_VAR: &str = "BARRACUDA_CRASH_CHILD_SEED";
+/// Set for the batch child.
+const CHILD_BATCHES_VAR: &str = "BARRACUDA_CRASH_CHILD_BATCHES";
 const CYCLES_VAR: &str = "BARRACUDA_CRASH_CYCLES";
 const CYCLES_DEFAULT: u64 = 50;
 /// Distinct keys: small enough that updates and deletes hit existing keys.
@@ -52,6 +61,18 @@ fn value(seed: u64, step: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Options of the batch child: a pool large enough for batches of
+/// [`BATCH_PUTS`] (they stay pinned until logged), a log whose groups hold
+/// fewer, and the log synced in the background every millisecond.
+fn batch_options() -> barracuda::Options {
+    options()
+        .buffer_pool_bytes(16 << 20)
+        .log_flush_interval(Duration::from_millis(1))
+}
+
+/// Puts per batch: more than one group of the 4 MiB log holds.
+const BATCH_PUTS: std::ops::RangeInclusive<u64> = 45..=70;
+
 /// The child: writes until killed. Before each write it prints `begin`,
 /// after it returns (durable) `put I STEP` or `del I`.
 #[test]
@@ -60,6 +81,10 @@ fn crash_child() {
         return; // Run as a normal test: nothing to do.
     };
     let seed: u64 = std::env::var(CHILD_SEED_VAR).unwrap().parse().unwrap();
+    if std::env::var(CHILD_BATCHES_VAR).is_ok() {
+        batch_child(Path::new(&dir), seed);
+        return;
+    }
     let db = options().open(&dir).unwrap();
     let tree = db.tree("crash").unwrap();
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -89,6 +114,41 @@ fn crash_child() {
     }
 }
 
+/// The batch child: writes batches of distinct keys until killed. Before
+/// each it prints `batch STEP GROUPS I...` (the groups its last batch took),
+/// after it returns (durable) `done STEP`.
+fn batch_child(dir: &Path, seed: u64) {
+    let db = batch_options().open(dir).unwrap();
+    let tree = db.tree("crash").unwrap();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    writeln!(out).unwrap();
+    let mut groups = 0;
+    for step in 0.. {
+        let mut keys: Vec<u64> = Vec::new();
+        let count = rng.random_range(BATCH_PUTS);
+        while (keys.len() as u64) < count {
+            let i = rng.random_range(0..KEY_SPACE);
+            if !keys.contains(&i) {
+                keys.push(i);
+            }
+        }
+        let listed: Vec<String> = keys.iter().map(u64::to_string).collect();
+        writeln!(out, "batch {step} {groups} {}", listed.join(" ")).unwrap();
+        out.flush().unwrap();
+        let mut batch = WriteBatch::new();
+        for &i in &keys {
+            batch.put(&tree, &key(i), &value(seed, step));
+        }
+        let before = db.log_stats().groups_appended;
+        db.write(batch).unwrap();
+        groups = db.log_stats().groups_appended - before;
+        writeln!(out, "done {step}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
 /// One cycle: run the child for a random time, kill it, return the
 /// acknowledged operations applied to `model` and the key in flight.
 fn run_child(
@@ -100,27 +160,8 @@ fn run_child(
     output: &mut Vec<String>,
     killed_compacting: &mut usize,
 ) -> Option<u64> {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_DIR_VAR, dir)
-        .env(CHILD_SEED_VAR, seed.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<String>>()
-    });
-    std::thread::sleep(run);
-    // SIGKILL: no destructor, no final checkpoint.
-    child.kill().unwrap();
-    child.wait().unwrap();
+    *output = kill_child(dir, seed, run, false);
     let mut in_flight = None;
-    *output = reader.join().unwrap();
     let last_compaction = output.iter().rev().find(|line| line.starts_with("compact"));
     if last_compaction.is_some_and(|line| line == "compacting") {
         *killed_compacting += 1;
@@ -143,6 +184,120 @@ fn run_child(
         }
     }
     in_flight
+}
+
+/// Runs the child (the batch child if `batches`) for `run`, kills it, and
+/// returns what it printed.
+fn kill_child(dir: &Path, seed: u64, run: Duration, batches: bool) -> Vec<String> {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DIR_VAR, dir)
+        .env(CHILD_SEED_VAR, seed.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if batches {
+        command.env(CHILD_BATCHES_VAR, "1");
+    }
+    let mut child = command.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    std::thread::sleep(run);
+    // SIGKILL: no destructor, no final checkpoint.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap()
+}
+
+/// Every entry of the tree, by key number.
+fn entries(tree: &barracuda::Tree) -> BTreeMap<u64, Vec<u8>> {
+    tree.iter()
+        .map(|entry| {
+            let (k, v) = entry.unwrap();
+            (std::str::from_utf8(&k[3..]).unwrap().parse().unwrap(), v)
+        })
+        .collect()
+}
+
+#[test]
+fn sigkill_keeps_batches_whole() {
+    let cycles = std::env::var(CYCLES_VAR)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CYCLES_DEFAULT)
+        .min(1000)
+        / 5
+        * 2;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0xBA7C);
+    let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let (mut batches_done, mut spanning, mut cut_found_whole, mut cut_found_none) = (0, 0, 0, 0);
+    for cycle in 0..cycles {
+        let seed = cycle + 1;
+        let run = Duration::from_millis(rng.random_range(50..400));
+        let output = kill_child(dir.path(), seed, run, true);
+        let mut in_flight: Option<(u64, Vec<u64>)> = None;
+        for line in &output {
+            let parts: Vec<&str> = line.split(' ').collect();
+            match parts.as_slice() {
+                ["batch", step, groups, keys @ ..] => {
+                    spanning += usize::from(groups.parse::<u64>().unwrap() > 1);
+                    let keys = keys.iter().map(|k| k.parse().unwrap()).collect();
+                    in_flight = Some((step.parse().unwrap(), keys));
+                }
+                ["done", step] => {
+                    let (batch_step, keys) = in_flight.take().unwrap();
+                    assert_eq!(batch_step, step.parse::<u64>().unwrap());
+                    for i in keys {
+                        model.insert(i, value(seed, batch_step));
+                    }
+                    batches_done += 1;
+                }
+                _ => {}
+            }
+        }
+        let db = batch_options().open(dir.path()).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("cycle {cycle}: check failed: {e}"));
+        let tree = db.tree("crash").unwrap();
+        let found = entries(&tree);
+        assert_eq!(tree.len().unwrap(), found.len() as u64, "cycle {cycle}");
+        // The batch in flight is there whole or not at all.
+        if let Some((step, keys)) = in_flight {
+            let new = value(seed, step);
+            let applied = keys.iter().filter(|i| found.get(i) == Some(&new)).count();
+            assert!(
+                applied == 0 || applied == keys.len(),
+                "cycle {cycle}: {applied} of the {} puts of batch {step} survived",
+                keys.len()
+            );
+            if applied == keys.len() {
+                cut_found_whole += 1;
+                for i in keys {
+                    model.insert(i, new.clone());
+                }
+            } else {
+                cut_found_none += 1;
+            }
+        }
+        assert!(
+            found == model,
+            "cycle {cycle}: the tree differs from the acknowledged batches"
+        );
+        db.close().unwrap();
+    }
+    assert!(
+        spanning > batches_done / 2,
+        "{spanning} of {batches_done} batches spanned several log groups"
+    );
+    eprintln!(
+        "{cycles} SIGKILL cycles over batches: {batches_done} acknowledged ({spanning} over several log groups), all present; the batch cut by the kill found whole {cut_found_whole} times, absent {cut_found_none} times"
+    );
 }
 
 #[test]

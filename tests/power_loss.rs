@@ -126,6 +126,81 @@ fn power_loss_keeps_every_synced_write() {
     }
 }
 
+/// A batch too large for one log group spans several; when a power loss
+/// keeps its first groups (synced when the log buffer filled) but not its
+/// last, recovery drops all of it. The same batch synced is found whole.
+#[test]
+fn power_loss_keeps_a_batch_over_several_groups_whole_or_drops_it() {
+    let hour = std::time::Duration::from_secs(3600);
+    // No background sync or checkpoint: the test decides what is synced.
+    let options = || {
+        Db::options()
+            .buffer_pool_bytes(256 << 20)
+            .log_bytes(128 << 20)
+            .log_flush_interval(hour)
+            .checkpoint_interval(hour)
+    };
+    // About 4.5 MB of log: past the 4 MiB log buffer, which is written and
+    // synced when it fills; three groups by the batch's worst case.
+    let batch_of = |tree: &barracuda::Tree, seed: u64| {
+        let mut batch = barracuda::WriteBatch::new();
+        for i in 0..1500 {
+            batch.put(tree, &key(i), &value(seed, i, 3000));
+        }
+        batch
+    };
+    for synced in [false, true] {
+        let dir = tempdir();
+        let (wrapper, files) = faulty(7, Vec::new());
+        let db = options().wrap_files(wrapper).open(dir.path()).unwrap();
+        let tree = db.tree("t").unwrap();
+        tree.put(b"before", b"the batch").unwrap();
+        let before = db.log_stats();
+        let durability = if synced {
+            Durability::Sync
+        } else {
+            Durability::NoSync
+        };
+        db.write_with(batch_of(&tree, 1), durability).unwrap();
+        let after = db.log_stats();
+        assert!(
+            after.groups_appended - before.groups_appended >= 2,
+            "one group: {before:?} -> {after:?}"
+        );
+        if !synced {
+            assert!(
+                after.durable_lsn > before.next_lsn && after.durable_lsn < after.next_lsn,
+                "the batch's first groups are synced, its last is not: {after:?}"
+            );
+        }
+        db.halt();
+        for file in files.lock().iter() {
+            file.crash().unwrap();
+        }
+        let db = options().open(dir.path()).unwrap();
+        db.check().unwrap();
+        let tree = db.tree("t").unwrap();
+        let found = (0..1500)
+            .filter(|&i| tree.get(&key(i)).unwrap().is_some())
+            .count();
+        assert_eq!(found, if synced { 1500 } else { 0 }, "synced {synced}");
+        assert_eq!(tree.len().unwrap(), found as u64 + 1);
+        assert_eq!(
+            tree.get(b"before").unwrap().as_deref(),
+            Some(&b"the batch"[..])
+        );
+        // The log goes on after the dropped groups, and a later crash does
+        // not bring them back.
+        tree.put(b"after", b"recovery").unwrap();
+        db.halt();
+        let db = options().open(dir.path()).unwrap();
+        let tree = db.tree("t").unwrap();
+        assert_eq!(tree.len().unwrap(), found as u64 + 2);
+        db.check().unwrap();
+        db.close().unwrap();
+    }
+}
+
 #[test]
 fn io_errors_fail_cleanly_and_damage_nothing() {
     for nth in [3u64, 10, 40, 120] {

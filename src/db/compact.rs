@@ -104,7 +104,7 @@ impl DbInner {
             ..old.entry.clone()
         };
         let (pool, file) = self.open_new_pool(&entry)?;
-        if !self.log_has_room() {
+        if !self.log_has_room(self.group_bytes_max()) {
             self.checkpoint_locked(&mut state, &[])?;
         }
         let new = self.format_tree(&mut state, entry, pool, file)?;
@@ -242,10 +242,10 @@ impl DbInner {
         if batch.is_empty() {
             return Ok(());
         }
-        if !self.log_has_room() {
+        if !self.log_has_room(self.group_bytes_max()) {
             self.checkpoint_locked(state, &[new])?;
         }
-        self.write_locked(state, |writer| {
+        self.write_locked(state, |writer, _| {
             let op = writer.op(new);
             for (key, value) in batch.iter() {
                 new.tree.insert_in(op, key, value)?;

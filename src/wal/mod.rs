@@ -308,10 +308,11 @@ impl Wal {
             checkpoint.lsn.0
         } else {
             let mut reader = Reader::new(file.as_ref(), layout, checkpoint.lsn.0, readable_end);
-            let end_lsn = reader.replay(&mut apply)?;
-            reader.check_nothing_synced_after(end_lsn, checkpoint.lsn.0)?;
+            let Replayed { end_lsn, log_end } = reader.replay(&mut apply)?;
+            reader.check_nothing_synced_after(log_end, checkpoint.lsn.0)?;
             let tail = Tail {
                 end_lsn,
+                log_end,
                 checkpoint_lsn: checkpoint.lsn.0,
                 window_bytes: options.buffer_bytes_max as u64 + GROUP_BYTES_MAX as u64,
                 readable_end,
@@ -754,7 +755,11 @@ fn write_checkpoint(
 
 /// Where recovery ended, for [`clean_tail`].
 struct Tail {
+    /// The end of the last group applied: the log goes on from here.
     end_lsn: u64,
+    /// The end of the last valid group (after `end_lsn` if the log ends
+    /// inside a write that spans several groups).
+    log_end: u64,
     checkpoint_lsn: u64,
     window_bytes: u64,
     /// A growing ring's file ends at this LSN (`u64::MAX`: a whole ring).
@@ -764,14 +769,16 @@ struct Tail {
 /// Zeroes the part of the ring after the end of the log that the last,
 /// interrupted flush may have written, and syncs. Nothing there was
 /// acknowledged; left in place, a record of it could be replayed after a
-/// later crash, behind records written after this recovery. A growing
+/// later crash, behind records written after this recovery. The groups of
+/// an unfinished write (between `end_lsn` and `log_end`) are zeroed too:
+/// a group appended after them must never finish that write. A growing
 /// ring's file holds nothing past its end, so that part is left alone.
 fn clean_tail(file: &dyn BlockFile, layout: &Layout, tail: &Tail) -> Result<()> {
     let start = tail.end_lsn - tail.end_lsn % layout.sector_bytes;
     let live_end = tail.checkpoint_lsn + layout.ring_bytes;
     let live_end = live_end - live_end % layout.sector_bytes;
     let limit = live_end
-        .min(layout.round_up(tail.end_lsn + tail.window_bytes))
+        .min(layout.round_up(tail.log_end + tail.window_bytes))
         .min(tail.readable_end);
     if limit <= start {
         return Ok(());
@@ -827,6 +834,15 @@ fn read_ring(file: &dyn BlockFile, layout: &Layout, lsn: u64, out: &mut [u8]) ->
         done += len as usize;
     }
     Ok(())
+}
+
+/// Where a replay ended.
+struct Replayed {
+    /// Just past the last group applied.
+    end_lsn: u64,
+    /// Just past the last valid group: after `end_lsn` when the log ends
+    /// inside an unfinished write.
+    log_end: u64,
 }
 
 /// Reads the ring during recovery through a window of sector-aligned reads.
@@ -901,10 +917,15 @@ impl<'a> Reader<'a> {
         Ok(Some(header))
     }
 
-    /// Replays groups from the start until the end of the log; returns the
-    /// LSN just past the last valid group.
-    fn replay(&mut self, apply: &mut impl FnMut(&LoggedGroup) -> Result<()>) -> Result<u64> {
+    /// Replays groups from the start until the end of the log. A write
+    /// that spans several groups (each but its last marked `continued`) is
+    /// applied only once its last group is read; if the log ends before,
+    /// its groups are dropped: it was never acknowledged, and none of its
+    /// pages reached the data file (they stay pinned until it is logged).
+    fn replay(&mut self, apply: &mut impl FnMut(&LoggedGroup) -> Result<()>) -> Result<Replayed> {
         let mut lsn = self.start_lsn;
+        let mut end_lsn = lsn;
+        let mut unfinished: Vec<LoggedGroup> = Vec::new();
         loop {
             let Some(header) = self.header_at(lsn)? else {
                 let aligned = self.layout.round_up(lsn);
@@ -916,18 +937,39 @@ impl<'a> Reader<'a> {
                         continue;
                     }
                 }
-                return Ok(lsn);
+                break;
             };
             let bytes = self.bytes(lsn, header.group_len_bytes)?;
             if !record::crc_matches(bytes) {
-                return Ok(lsn);
+                break;
             }
             if header.kind == GroupKind::Redo {
                 let group = LoggedGroup::new(header, bytes.to_vec());
-                apply(&group)?;
+                if header.continued {
+                    unfinished.push(group);
+                } else {
+                    for earlier in unfinished.drain(..) {
+                        apply(&earlier)?;
+                    }
+                    apply(&group)?;
+                }
             }
             lsn += header.group_len_bytes as u64;
+            if unfinished.is_empty() {
+                end_lsn = lsn;
+            }
         }
+        if let Some(first) = unfinished.first() {
+            tracing::warn!(
+                groups = unfinished.len(),
+                lsn = first.lsn.0,
+                "recovery dropped a write whose last log group is missing"
+            );
+        }
+        Ok(Replayed {
+            end_lsn,
+            log_end: lsn,
+        })
     }
 
     fn is_zero(&mut self, lsn: u64, len: usize) -> Result<bool> {

@@ -3,7 +3,10 @@
 //! A group holds every page change of one atomic operation (a tree insert
 //! that splits touches several pages; a `WriteBatch` touches several trees).
 //! Recovery applies a group whole or not at all: its CRC32C covers every
-//! byte, so a group torn by a crash fails its check and ends the log.
+//! byte, so a group torn by a crash fails its check and ends the log. A
+//! write too large for one group spans several: every group but its last
+//! carries the flag `continued`, and recovery applies them only once it
+//! has read the last (see `Reader::replay`).
 //!
 //! Byte layout of a group (integers little-endian):
 //!
@@ -13,7 +16,9 @@
 //!      4    4 group_len_bytes  header + body, at most GROUP_BYTES_MAX
 //!      8    8 lsn              where the group starts in the log
 //!     16    1 kind             1 = redo, 2 = flush start
-//!     17    3 reserved         zero
+//!     17    1 flags            bit 0 continued: the write goes on in the
+//!                              next redo group (other bits reserved, zero)
+//!     18    2 reserved         zero
 //!     20    4 entry_count
 //!     24    4 crc32c           over [0, group_len_bytes) with this field zero
 //!     28    4 reserved         zero
@@ -97,6 +102,8 @@ pub enum GroupKind {
 pub struct RedoGroup {
     body: Vec<u8>,
     entry_count: u32,
+    /// Not the last group of its write ([`RedoGroup::set_continued`]).
+    continued: bool,
     /// Start of the last entry if it is a patches entry, and its page.
     open_patches: Option<(usize, PageId)>,
 }
@@ -121,7 +128,15 @@ impl RedoGroup {
     pub fn clear(&mut self) {
         self.body.clear();
         self.entry_count = 0;
+        self.continued = false;
         self.open_patches = None;
+    }
+
+    /// Marks the group as not the last of its write: recovery applies it
+    /// only together with the rest of the write, up to a group without the
+    /// mark, and drops it if the log ends first.
+    pub fn set_continued(&mut self, continued: bool) {
+        self.continued = continued;
     }
 
     /// Records that `bytes` were written at `offset_bytes` of page `page_id`.
@@ -184,25 +199,29 @@ impl RedoGroup {
 
     /// Appends the encoded group, starting at `lsn`, to `out`.
     pub(crate) fn encode_into(&self, lsn: Lsn, out: &mut Vec<u8>) {
-        encode_group(KIND_REDO, lsn, self.entry_count, &self.body, out);
+        let flags = if self.continued { FLAG_CONTINUED } else { 0 };
+        encode_group(KIND_REDO, flags, lsn, self.entry_count, &self.body, out);
     }
 }
 
 /// Appends a flush-start marker at `lsn` to `out`.
 pub(crate) fn encode_flush_start(lsn: Lsn, out: &mut Vec<u8>) {
-    encode_group(KIND_FLUSH_START, lsn, 0, &[], out);
+    encode_group(KIND_FLUSH_START, 0, lsn, 0, &[], out);
 }
 
 /// Bytes of a flush-start marker.
 pub(crate) const FLUSH_START_BYTES: usize = GROUP_HEADER_BYTES;
 
-fn encode_group(kind: u8, lsn: Lsn, entry_count: u32, body: &[u8], out: &mut Vec<u8>) {
+/// Group flag: the write goes on in the next redo group.
+const FLAG_CONTINUED: u8 = 1;
+
+fn encode_group(kind: u8, flags: u8, lsn: Lsn, entry_count: u32, body: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
     let group_len = u32::try_from(GROUP_HEADER_BYTES + body.len()).expect("bounded group");
     out.extend_from_slice(&GROUP_MAGIC.to_le_bytes());
     out.extend_from_slice(&group_len.to_le_bytes());
     out.extend_from_slice(&lsn.0.to_le_bytes());
-    out.extend_from_slice(&[kind, 0, 0, 0]);
+    out.extend_from_slice(&[kind, flags, 0, 0]);
     out.extend_from_slice(&entry_count.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
@@ -218,6 +237,8 @@ pub(crate) struct GroupHeader {
     pub(crate) lsn: Lsn,
     pub(crate) kind: GroupKind,
     pub(crate) entry_count: u32,
+    /// The write goes on in the next redo group.
+    pub(crate) continued: bool,
 }
 
 /// Parses a header; `None` if it cannot start a group.
@@ -243,6 +264,7 @@ pub(crate) fn parse_header(bytes: &[u8; GROUP_HEADER_BYTES]) -> Option<GroupHead
         lsn: Lsn(u64::from_le_bytes(lsn)),
         kind,
         entry_count: u32_at(20),
+        continued: bytes[17] & FLAG_CONTINUED != 0,
     })
 }
 

@@ -597,3 +597,89 @@ fn crashes_while_the_ring_grows_lose_nothing_acknowledged() {
         check_prefix(&seen2[seen1.len()..], 1000, ack2, appended2);
     }
 }
+
+/// Appends write `n` as `groups` groups (all but the last continued), the
+/// last one numbered `n`, the earlier ones `n * 1000 + k`.
+fn append_write(wal: &Wal, n: u64, groups: u64, rng: &mut SmallRng) -> LsnRange {
+    for k in 1..groups {
+        let mut group = numbered_group(n * 1000 + k, rng);
+        group.set_continued(true);
+        wal.append(&group).unwrap();
+    }
+    wal.append(&numbered_group(n, rng)).unwrap()
+}
+
+#[test]
+fn a_write_over_several_groups_replays_whole_or_not_at_all() {
+    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let mut rng = SmallRng::seed_from_u64(21);
+    let (wal, _) = replay(file.clone(), &small()).unwrap();
+    let whole = append_write(&wal, 1, 4, &mut rng);
+    wal.flush_to(whole.end).unwrap();
+    // The next write's first two groups are synced, its last never written.
+    let mut unfinished = numbered_group(2001, &mut rng);
+    unfinished.set_continued(true);
+    wal.append(&unfinished).unwrap();
+    unfinished = numbered_group(2002, &mut rng);
+    unfinished.set_continued(true);
+    let cut = wal.append(&unfinished).unwrap();
+    wal.flush_to(cut.end).unwrap();
+    drop(wal);
+    let (wal, seen) = replay(file.clone(), &small()).unwrap();
+    assert_eq!(seen, vec![1001, 1002, 1003, 1], "the whole write, in order");
+    // A write after recovery starts where the whole one ended: it can never
+    // finish the dropped one.
+    assert!(wal.next_lsn().0 < cut.end.0);
+    let next = wal.append(&numbered_group(3, &mut rng)).unwrap();
+    wal.flush_to(next.end).unwrap();
+    drop(wal);
+    let (_, seen) = replay(file, &small()).unwrap();
+    assert_eq!(seen, vec![1001, 1002, 1003, 1, 3]);
+}
+
+#[test]
+fn crashes_keep_writes_over_several_groups_whole() {
+    for seed in 0..60u64 {
+        let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let fault = crashing_file(&inner, seed, rng.random_range(3..12));
+        let (wal, _) = replay(fault.clone(), &small()).unwrap();
+        // Writes of one to four groups; some synced (acknowledged).
+        let mut acknowledged = 0;
+        let mut appended = 0;
+        for n in 1..60u64 {
+            let range = append_write(&wal, n, rng.random_range(1..5), &mut rng);
+            appended = n;
+            if rng.random_bool(0.3) {
+                if wal.flush_to(range.end).is_err() {
+                    break;
+                }
+                acknowledged = n;
+            }
+        }
+        drop(wal);
+        fault.crash().unwrap();
+        let (_, seen) = replay(inner, &small()).unwrap();
+        // Whole writes, in order: each write's earlier groups right before
+        // its last one, and nothing of a write after the last replayed.
+        let mut expected_next = 1;
+        let mut pending: Vec<u64> = Vec::new();
+        for &s in &seen {
+            if s >= 1000 {
+                pending.push(s);
+                continue;
+            }
+            assert_eq!(s, expected_next, "seed {seed}: {seen:?}");
+            let parts: Vec<u64> = (1..=pending.len() as u64).map(|k| s * 1000 + k).collect();
+            assert_eq!(pending, parts, "seed {seed}: write {s} not whole: {seen:?}");
+            pending.clear();
+            expected_next += 1;
+        }
+        assert!(pending.is_empty(), "seed {seed}: part of a write: {seen:?}");
+        let last = expected_next - 1;
+        assert!(
+            last >= acknowledged && last <= appended,
+            "seed {seed}: {last}"
+        );
+    }
+}
