@@ -1055,7 +1055,7 @@ impl DbInner {
     fn flush_tree_before(&self, tree: &TreeInner, target: Lsn) -> Result<()> {
         let pool = tree.pool();
         loop {
-            pool.flush_older_than(target, usize::MAX)?;
+            pool.flush_some(usize::MAX)?;
             match pool.oldest_dirty_lsn() {
                 None => break,
                 Some(oldest) if oldest > target => break,

@@ -165,25 +165,12 @@ impl BufferPool {
     /// once into an aligned buffer under its shared latch, which is released
     /// before the I/O. Returns the number written.
     pub fn flush_some(&self, page_count_max: usize) -> Result<usize> {
-        self.flush_up_to(page_count_max, None)
-    }
-
-    /// [`BufferPool::flush_some`] for a checkpoint at `lsn`: writes only the
-    /// dirty pages whose oldest change is before `lsn` (InnoDB flushes its
-    /// flush list up to the checkpoint's LSN the same way). Pages changed
-    /// only after it stay dirty: a checkpoint that waits for a page still
-    /// being changed does not write the others again and again.
-    pub fn flush_older_than(&self, lsn: Lsn, page_count_max: usize) -> Result<usize> {
-        self.flush_up_to(page_count_max, Some(lsn))
-    }
-
-    fn flush_up_to(&self, page_count_max: usize, before: Option<Lsn>) -> Result<usize> {
         let depth = self.services.file.queue_depth().max(1);
         let mut written = 0;
         let mut skipped = 0;
         while written < page_count_max {
             let batch_max = depth.min(page_count_max - written);
-            let (requests, versions, copy_error) = self.copy_batch(batch_max, &mut skipped, before);
+            let (requests, versions, copy_error) = self.copy_batch(batch_max, &mut skipped);
             if requests.is_empty() {
                 return copy_error.map_or(Ok(written), Err);
             }
@@ -215,12 +202,11 @@ impl BufferPool {
         &self,
         batch_max: usize,
         skipped: &mut usize,
-        before: Option<Lsn>,
     ) -> (Vec<IoRequest>, Vec<(u32, u64)>, Option<crate::PoolError>) {
         let mut requests = Vec::with_capacity(batch_max);
         let mut versions = Vec::with_capacity(batch_max);
         while requests.len() < batch_max {
-            let Some(d) = self.pin_flush_candidate(*skipped, before) else {
+            let Some(d) = self.pin_flush_candidate(*skipped) else {
                 break;
             };
             let desc = &self.descs[d as usize];
@@ -242,18 +228,14 @@ impl BufferPool {
     }
 
     /// Pins the `skip`-th oldest dirty page whose changes are durable and
-    /// that no flusher is writing; with `before`, only among the pages whose
-    /// oldest change is before it (the flush list is in that order).
-    fn pin_flush_candidate(&self, skip: usize, before: Option<Lsn>) -> Option<u32> {
+    /// that no flusher is writing.
+    fn pin_flush_candidate(&self, skip: usize) -> Option<u32> {
         let durable = self.services.durable_lsn.durable_lsn();
         let inner = self.inner.lock();
         let mut d = inner.flush.tail();
         let mut to_skip = skip;
         while d != NIL {
             let dirty = inner.dirty[d as usize];
-            if before.is_some_and(|before| dirty.oldest >= before) {
-                return None;
-            }
             if !dirty.writing && self.durable_at(dirty.newest, durable) {
                 if to_skip == 0 {
                     let page_id = self.descs[d as usize].page_id();

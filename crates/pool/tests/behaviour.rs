@@ -40,26 +40,6 @@ fn simple_pool(
     BufferPool::open(config, services).unwrap()
 }
 
-/// A checkpoint at an LSN writes the pages changed before it, oldest
-/// first, and leaves those changed only after it dirty.
-#[test]
-fn flushing_for_a_checkpoint_writes_only_pages_older_than_it() {
-    let file = Arc::new(MemoryFile::default());
-    let durable = Arc::new(AtomicU64::new(100));
-    let pool = simple_pool(PageFormat::Uncompressed, 8, file.clone(), durable, None);
-    for (page, lsn) in [(1, 10), (2, 20), (3, 30), (4, 40)] {
-        let mut guard = pool.create(PageId(page)).unwrap();
-        guard.write(100, b"changed").unwrap();
-        assert_eq!(guard.commit(Lsn(lsn)).unwrap(), CommitOutcome::Fits);
-    }
-    assert_eq!(pool.flush_older_than(Lsn(25), usize::MAX).unwrap(), 2);
-    assert_eq!(pool.dirty_page_count(), 2);
-    assert_eq!(pool.oldest_dirty_lsn(), Some(Lsn(30)));
-    assert_eq!(pool.flush_older_than(Lsn(25), usize::MAX).unwrap(), 0);
-    assert_eq!(pool.flush_some(usize::MAX).unwrap(), 2);
-    assert_eq!(file.writes.load(Ordering::Relaxed), 4);
-}
-
 #[test]
 fn a_page_is_written_only_after_the_log_is_durable_up_to_its_lsn() {
     let file = Arc::new(MemoryFile::default());
