@@ -52,10 +52,15 @@ fn replay(file: Arc<dyn BlockFile>, options: &WalOptions) -> Result<(Wal, Vec<u6
     Ok((wal, seen))
 }
 
-fn small() -> WalOptions {
+/// A log of `ring_bytes` with a 16 KiB buffer (flushes come often).
+fn with_ring(ring_bytes: u64) -> WalOptions {
     WalOptions::default()
-        .ring_bytes(256 << 10)
+        .ring_bytes(ring_bytes)
         .buffer_bytes_max(16 << 10)
+}
+
+fn small() -> WalOptions {
+    with_ring(256 << 10)
 }
 
 #[test]
@@ -228,42 +233,50 @@ fn crashing_file(inner: &Arc<dyn BlockFile>, seed: u64, nth: u64) -> Arc<FaultFi
     Arc::new(FaultFile::new(inner.clone(), config))
 }
 
+/// Two crash epochs on a new log with `options`: appends until an injected
+/// sync failure, crashes, recovers (`after_first` sees the file then), and
+/// does it again with new numbers; what epoch 1 lost must never come back,
+/// even after the second crash. Returns whether the first crash cut the
+/// log's tail.
+fn crash_twice(seed: u64, options: &WalOptions, after_first: impl Fn(&dyn BlockFile)) -> bool {
+    let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let mut rng = SmallRng::seed_from_u64(seed);
+
+    // Epoch 1: a new log (2 syncs to create), crashing mid-flush.
+    let fault = crashing_file(&inner, seed, rng.random_range(3..12));
+    let (wal, _) = replay(fault.clone(), options).unwrap();
+    let (ack1, appended1) = run_until_crash(&wal, 0, 80, &mut rng);
+    drop(wal);
+    fault.crash().unwrap();
+    let (wal, seen1) = replay(inner.clone(), options).unwrap();
+    drop(wal);
+    check_prefix(&seen1, 0, ack1, appended1);
+    after_first(inner.as_ref());
+
+    // Epoch 2 continues with new numbers after recovery (1 sync to clean
+    // the tail).
+    let base = 1000;
+    let fault = crashing_file(&inner, seed + 1000, rng.random_range(2..12));
+    let (wal, seen) = replay(fault.clone(), options).unwrap();
+    assert_eq!(seen, seen1);
+    let (ack2, appended2) = run_until_crash(&wal, base, 80, &mut rng);
+    drop(wal);
+    fault.crash().unwrap();
+    let (_, seen2) = replay(inner, options).unwrap();
+    assert_eq!(
+        &seen2[..seen1.len()],
+        &seen1[..],
+        "seed {seed}: epoch 1 replay changed"
+    );
+    check_prefix(&seen2[seen1.len()..], base, ack2, appended2);
+    (seen1.len() as u64) < appended1
+}
+
 #[test]
 fn crashes_lose_nothing_acknowledged_and_resurrect_nothing() {
-    let mut torn_tails = 0;
-    for seed in 0..60u64 {
-        let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
-        let mut rng = SmallRng::seed_from_u64(seed);
-
-        // Epoch 1: a new log (2 syncs to create), crashing mid-flush.
-        let fault = crashing_file(&inner, seed, rng.random_range(3..12));
-        let (wal, _) = replay(fault.clone(), &small()).unwrap();
-        let (ack1, appended1) = run_until_crash(&wal, 0, 80, &mut rng);
-        drop(wal);
-        fault.crash().unwrap();
-        let (wal, seen1) = replay(inner.clone(), &small()).unwrap();
-        drop(wal);
-        check_prefix(&seen1, 0, ack1, appended1);
-        torn_tails += usize::from((seen1.len() as u64) < appended1);
-
-        // Epoch 2 continues with new numbers after recovery (1 sync to
-        // clean the tail); what epoch 1 lost must never come back, even
-        // after a second crash.
-        let base = 1000;
-        let fault = crashing_file(&inner, seed + 1000, rng.random_range(2..12));
-        let (wal, seen) = replay(fault.clone(), &small()).unwrap();
-        assert_eq!(seen, seen1);
-        let (ack2, appended2) = run_until_crash(&wal, base, 80, &mut rng);
-        drop(wal);
-        fault.crash().unwrap();
-        let (_, seen2) = replay(inner.clone(), &small()).unwrap();
-        assert_eq!(
-            &seen2[..seen1.len()],
-            &seen1[..],
-            "seed {seed}: epoch 1 replay changed"
-        );
-        check_prefix(&seen2[seen1.len()..], base, ack2, appended2);
-    }
+    let torn_tails = (0..60u64)
+        .filter(|&seed| crash_twice(seed, &small(), |_| {}))
+        .count();
     assert!(torn_tails > 20, "too few crashes cut the log: {torn_tails}");
 }
 
@@ -369,9 +382,7 @@ fn a_failed_sync_poisons_the_log() {
 /// A ring large enough that the file stays shorter than it for a while
 /// (the flushes extend it 4 MiB ahead of the log).
 fn large() -> WalOptions {
-    WalOptions::default()
-        .ring_bytes(32 << 20)
-        .buffer_bytes_max(16 << 10)
+    with_ring(32 << 20)
 }
 
 #[test]
@@ -510,11 +521,7 @@ fn a_version_2_ring_cut_at_close_restarts_at_open() {
     assert!(checkpoint.ring_growing);
     assert_eq!(checkpoint.lsn.0 % wal.ring_bytes(), 0, "restarted at a lap");
     assert_eq!(checkpoint.payload, b"catalog");
-    let range = wal.append(&numbered_group(1, &mut rng)).unwrap();
-    wal.flush_to(range.end).unwrap();
-    drop(wal);
-    let (_, seen) = replay(file, &small()).unwrap();
-    assert_eq!(seen, vec![1]);
+    assert_eq!(log_one_then_replay(wal, file, 1, &mut rng), vec![1]);
 }
 
 #[test]
@@ -561,40 +568,28 @@ fn a_crash_between_the_restart_slot_and_the_cut_opens_empty() {
     .unwrap();
     assert_eq!(checkpoint, flagged);
     assert_eq!(file.len().unwrap(), whole);
-    let range = wal.append(&numbered_group(1000, &mut rng)).unwrap();
+    assert_eq!(log_one_then_replay(wal, file, 1000, &mut rng), vec![1000]);
+}
+
+/// Appends group `n` to `wal` (a `small()` log in `file`), syncs it, and
+/// returns what a reopen replays.
+fn log_one_then_replay(wal: Wal, file: Arc<dyn BlockFile>, n: u64, rng: &mut SmallRng) -> Vec<u64> {
+    let range = wal.append(&numbered_group(n, rng)).unwrap();
     wal.flush_to(range.end).unwrap();
     drop(wal);
-    let (_, seen) = replay(file, &small()).unwrap();
-    assert_eq!(seen, vec![1000]);
+    replay(file, &small()).unwrap().1
 }
 
 #[test]
 fn crashes_while_the_ring_grows_lose_nothing_acknowledged() {
     for seed in 0..20u64 {
-        let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
-        let mut rng = SmallRng::seed_from_u64(seed);
-        let fault = crashing_file(&inner, seed, rng.random_range(3..12));
-        let (wal, _) = replay(fault.clone(), &large()).unwrap();
-        let (ack1, appended1) = run_until_crash(&wal, 0, 80, &mut rng);
-        drop(wal);
-        fault.crash().unwrap();
-        let (wal, seen1) = replay(inner.clone(), &large()).unwrap();
-        drop(wal);
-        check_prefix(&seen1, 0, ack1, appended1);
-        assert!(
-            inner.len().unwrap() < 32 << 20,
-            "seed {seed}: the ring is still growing"
-        );
-        // A second epoch after recovery, crashing again.
-        let fault = crashing_file(&inner, seed + 1000, rng.random_range(2..12));
-        let (wal, seen) = replay(fault.clone(), &large()).unwrap();
-        assert_eq!(seen, seen1);
-        let (ack2, appended2) = run_until_crash(&wal, 1000, 80, &mut rng);
-        drop(wal);
-        fault.crash().unwrap();
-        let (_, seen2) = replay(inner.clone(), &large()).unwrap();
-        assert_eq!(&seen2[..seen1.len()], &seen1[..], "seed {seed}");
-        check_prefix(&seen2[seen1.len()..], 1000, ack2, appended2);
+        crash_twice(seed, &large(), |file| {
+            let len = file.len().unwrap();
+            assert!(
+                len < 32 << 20,
+                "seed {seed}: a ring of {len} bytes is whole"
+            );
+        });
     }
 }
 
