@@ -114,7 +114,8 @@ impl WriteBatch {
         // The levels above the parents and the meta pages, once per group.
         let group_more = BATCH_IMAGES_MORE * image_bytes_max;
         let group_limit = db.group_bytes_max();
-        let groups = batch_groups(&op_bytes, group_more, group_limit);
+        let new_group = group_starts(&op_bytes, group_more, group_limit);
+        let groups = 1 + new_group.iter().filter(|&&starts| starts).count();
         let estimated = op_bytes.iter().sum::<usize>() + groups * group_more;
         // Every page a batch changes stays in its pool, pinned at the
         // pending LSN, until the batch is logged: at most half the pool.
@@ -137,14 +138,10 @@ impl WriteBatch {
         }
         self.prefetch_leaves();
         db.write_spanning(durability, estimated, |writer, split| {
-            // The worst case of the operations in the open group.
-            let mut in_group = 0;
-            for ((tree, op), &bytes) in self.ops.iter().zip(&op_bytes) {
-                if in_group > 0 && in_group + bytes + group_more > group_limit {
+            for ((tree, op), &starts) in self.ops.iter().zip(&new_group) {
+                if starts {
                     split.next_group(writer)?;
-                    in_group = 0;
                 }
-                in_group += bytes;
                 // Loaded under the write mutex: a compaction cannot swap
                 // the tree until this write is logged.
                 let inner = tree.inner();
@@ -163,18 +160,20 @@ impl WriteBatch {
     }
 }
 
-/// How many log groups [`WriteBatch::apply`] splits operations of these
-/// worst-case log bytes into: a group ends before the operation that
-/// would take its worst case (with `group_more`) past `group_limit`.
-pub(crate) fn batch_groups(op_bytes: &[usize], group_more: usize, group_limit: usize) -> usize {
-    let mut groups = usize::from(!op_bytes.is_empty());
+/// Where [`WriteBatch::apply`] ends a log group: before each operation
+/// marked `true`, the one that would take the open group's worst case
+/// (with `group_more`) past `group_limit`.
+fn group_starts(op_bytes: &[usize], group_more: usize, group_limit: usize) -> Vec<bool> {
     let mut in_group = 0;
-    for &bytes in op_bytes {
-        if in_group > 0 && in_group + bytes + group_more > group_limit {
-            groups += 1;
-            in_group = 0;
-        }
-        in_group += bytes;
-    }
-    groups
+    op_bytes
+        .iter()
+        .map(|&bytes| {
+            let starts = in_group > 0 && in_group + bytes + group_more > group_limit;
+            if starts {
+                in_group = 0;
+            }
+            in_group += bytes;
+            starts
+        })
+        .collect()
 }

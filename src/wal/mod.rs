@@ -622,6 +622,9 @@ impl Wal {
     /// restarted. The caller keeps appends out (the Db's write mutex).
     pub fn restart_ring(&self) -> Result<bool> {
         let _checkpointing = self.checkpoint_lock.lock();
+        // Held across the slot's write and the truncation (two syncs, at a
+        // close or after a compaction), unlike a checkpoint's: an append in
+        // between would land in the ring being cut.
         let mut state = self.state.lock();
         check_failure(&state)?;
         // Nothing but a flush's sector padding after the checkpoint.
