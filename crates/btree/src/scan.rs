@@ -41,6 +41,8 @@ const SCAN_FIRST_COPY_ENTRIES: usize = 32;
 /// values back to back in one buffer, reused for every leaf of a scan.
 #[derive(Default)]
 struct LeafCopy {
+    /// Entries the caller expects to copy from one leaf (sizes the buffers).
+    expected: usize,
     bytes: Vec<u8>,
     /// Key and value of each entry, as ranges of `bytes`, in key order.
     entries: Vec<(Range<usize>, Range<usize>)>,
@@ -57,10 +59,27 @@ impl LeafCopy {
 
     fn push<S: PageStore>(&mut self, tree: &Tree<S>, p: &[u8], off: usize) -> Result<()> {
         let key_start = self.bytes.len();
-        self.bytes.extend_from_slice(page::rec_key(p, off));
-        let value_start = self.bytes.len();
-        // The leaf is latched, so an overflow chain cannot be freed meanwhile.
-        tree.load_value_into(p, off, &mut self.bytes)?;
+        let key_len = page::rec_key(p, off).len();
+        if page::rec_flags(p, off) & page::REC_OVERFLOW == 0 {
+            // Key and inline value lie together after the record header:
+            // one copy, into buffers sized at the first entry for the
+            // entries expected from this leaf (a range of ten grew them
+            // eight times).
+            let stored = page::rec_len(p, off) - page::RECORD_HEADER_BYTES;
+            if self.entries.is_empty() {
+                let expected = self.expected.clamp(1, page::record_count(p).max(1));
+                self.bytes.reserve(stored * expected);
+                self.entries.reserve(expected);
+            }
+            let start = off + page::RECORD_HEADER_BYTES;
+            self.bytes.extend_from_slice(&p[start..start + stored]);
+        } else {
+            self.bytes.extend_from_slice(page::rec_key(p, off));
+            // The leaf is latched, so an overflow chain cannot be freed
+            // meanwhile.
+            tree.load_value_into(p, off, &mut self.bytes)?;
+        }
+        let value_start = key_start + key_len;
         self.entries
             .push((key_start..value_start, value_start..self.bytes.len()));
         Ok(())
@@ -146,6 +165,7 @@ impl<S: PageStore> Tree<S> {
             } else {
                 left
             };
+            copy.expected = copy_max;
             let visited = self.forward_leaf(from, read_ahead, &mut |p, span| {
                 copy.clear();
                 let mut found = false;
