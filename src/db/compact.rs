@@ -40,6 +40,27 @@ use crate::tree::{
 /// and a bound on the memory the copy holds.
 const COMPACT_BATCH_OPS_MAX: usize = 1024;
 
+/// The copy packs the new tree's blocks (`BufferPool::set_packing`): no
+/// room kept for the modification log, so each page holds what its block
+/// can. The pool leaves packing when this is dropped, before anything else
+/// writes to the tree: a packed page's first change that does not fit the
+/// room left recompresses with the reserve (and splits if it must), in the
+/// original run and in recovery alike (which never replays the copy).
+struct Packing<'a>(&'a TreeInner);
+
+impl<'a> Packing<'a> {
+    fn start(tree: &'a TreeInner) -> Self {
+        tree.pool().set_packing(true);
+        Self(tree)
+    }
+}
+
+impl Drop for Packing<'_> {
+    fn drop(&mut self) {
+        self.0.pool().set_packing(false);
+    }
+}
+
 /// What a compaction did: the tree's file before and after.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -153,6 +174,7 @@ impl DbInner {
         if stop == Some(CompactStep::Formatted) {
             return Ok(None);
         }
+        let packing = Packing::start(new);
         let limits = self.batch_limits(new);
         let mut batch: Vec<KeyValue> = Vec::new();
         let mut batch_log_bytes = 0;
@@ -196,6 +218,7 @@ impl DbInner {
         }
         self.insert_batch(state, new, &mut batch)?;
         copied = self.copied(&new.entry.name, copied, &mut batch, progress)?;
+        drop(packing);
         if stop == Some(CompactStep::FirstBatch) || stop == Some(CompactStep::Copied) {
             return Ok(None);
         }

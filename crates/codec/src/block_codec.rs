@@ -33,7 +33,8 @@ pub fn log_reserve_bytes(block_size_bytes: usize) -> usize {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompressOutcome {
     /// The block holds the page, sealed (checksum valid), with at least
-    /// [`log_reserve_bytes`] free for the modification log.
+    /// [`log_reserve_bytes`] (or the reserve asked of
+    /// [`BlockCodec::compress_reserving`]) free for the modification log.
     Fits {
         /// The length of the compressed image.
         compressed_len: usize,
@@ -133,7 +134,8 @@ impl BlockCodec {
     /// Compresses `page` (one page; its first
     /// [`PAGE_HEADER_RESERVED_BYTES`](crate::PAGE_HEADER_RESERVED_BYTES) are
     /// ignored) into `block` (one block), stamped with `page_id` and `lsn` and
-    /// sealed. On `DoesNotFit` the block is unchanged.
+    /// sealed, keeping [`log_reserve_bytes`] free for the modification log.
+    /// On `DoesNotFit` the block is unchanged.
     ///
     /// # Panics
     /// If `page` is not one page or `block` not one block of this geometry.
@@ -143,6 +145,32 @@ impl BlockCodec {
         page_id: PageId,
         lsn: Lsn,
         block: &mut [u8],
+    ) -> Result<CompressOutcome> {
+        let reserve_bytes = if self.geometry.is_uncompressed() {
+            0
+        } else {
+            log_reserve_bytes(block.len())
+        };
+        self.compress_reserving(page, page_id, lsn, block, reserve_bytes)
+    }
+
+    /// [`compress`](Self::compress), keeping `reserve_bytes` free for the
+    /// modification log instead of the policy's reserve. A *packed* block
+    /// (`reserve_bytes` 0) is for a page that is written once and then
+    /// mostly read, as a compaction writes them: it holds as much of the page
+    /// as the block can, and its first patches that do not fit the little
+    /// room left make the page recompress with the usual reserve (and split
+    /// if it does not fit).
+    ///
+    /// # Panics
+    /// As [`compress`](Self::compress).
+    pub fn compress_reserving(
+        &mut self,
+        page: &[u8],
+        page_id: PageId,
+        lsn: Lsn,
+        block: &mut [u8],
+        reserve_bytes: usize,
     ) -> Result<CompressOutcome> {
         assert_eq!(
             page.len(),
@@ -160,11 +188,6 @@ impl BlockCodec {
         let compressed_len = self
             .engines
             .compress(codec_id, page_id, body, &mut self.scratch)?;
-        let reserve_bytes = if self.geometry.is_uncompressed() {
-            0
-        } else {
-            log_reserve_bytes(block.len())
-        };
         let needed_bytes = BLOCK_HEADER_BYTES + compressed_len + reserve_bytes;
         let outcome = if needed_bytes <= block.len() {
             let new = NewBlock {

@@ -248,3 +248,43 @@ proptest! {
         }
     }
 }
+
+/// A page that fits its block only without the modification-log reserve: the
+/// policy's `compress` refuses it, `compress_reserving(.., 0)` packs it, the
+/// packed block decodes to the page, and a patch larger than the little room
+/// left is `LogFull` (the pool then recompresses with the reserve).
+#[test]
+fn a_packed_block_holds_what_the_reserve_would_refuse() {
+    use rand::RngCore;
+    let geometry = Geometry::new(16 * 1024, BlockSize::Kib8).unwrap();
+    let block_bytes = geometry.block_size_bytes();
+    let mut page = vec![0; geometry.page_size_bytes()];
+    // Incompressible bytes filling the block but for half the reserve.
+    let random_bytes = block_bytes - 40 - log_reserve_bytes(block_bytes) / 2;
+    sample::rng(7).fill_bytes(&mut page[PAGE_HEADER_RESERVED_BYTES..][..random_bytes]);
+    let mut coder = BlockCodec::new(Codec::zstd_default(), geometry).unwrap();
+    let mut block = vec![0; block_bytes];
+    let refused = coder
+        .compress(&page, PageId(5), Lsn(9), &mut block)
+        .unwrap();
+    assert!(
+        matches!(refused, CompressOutcome::DoesNotFit { needed_bytes } if needed_bytes > block_bytes),
+        "{refused:?}"
+    );
+    let packed = coder
+        .compress_reserving(&page, PageId(5), Lsn(9), &mut block, 0)
+        .unwrap();
+    let CompressOutcome::Fits { compressed_len } = packed else {
+        panic!("a packed page must fit: {packed:?}");
+    };
+    assert!(40 + compressed_len > block_bytes - log_reserve_bytes(block_bytes));
+    verify(&block, PageId(5)).unwrap();
+    let mut frame = vec![0; page.len()];
+    coder.decompress(&block, &mut frame).unwrap();
+    assert_eq!(body(&frame), body(&page));
+    let patch = vec![0xAB; log_reserve_bytes(block_bytes)];
+    assert_eq!(
+        append_patch(&mut block, 100, &patch).unwrap(),
+        PatchOutcome::LogFull
+    );
+}

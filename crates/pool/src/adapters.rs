@@ -4,10 +4,11 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use barracuda_codec::{
     BlockCodec, Codec, CompressionStats, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId,
-    PatchOutcome,
+    PatchOutcome, log_reserve_bytes,
 };
 use barracuda_io::{AlignedBuf, BlockFile, CompletionSender, IoRequest};
 use parking_lot::Mutex;
@@ -25,6 +26,8 @@ pub struct CodecService {
     geometry: Geometry,
     stats: Arc<CompressionStats>,
     contexts: Mutex<Vec<BlockCodec>>,
+    /// [`PageCodec::set_packing`]: compress with no log reserve.
+    packing: AtomicBool,
 }
 
 impl CodecService {
@@ -43,6 +46,7 @@ impl CodecService {
             geometry,
             stats,
             contexts: Mutex::new(vec![first]),
+            packing: AtomicBool::new(false),
         })
     }
 
@@ -74,11 +78,23 @@ impl PageCodec for CodecService {
     fn compress(&self, page_id: PageId, page: &[u8], block: &mut [u8]) -> Result<CompressOutcome> {
         // Keep the LSN the block carries (a new block has none yet).
         let lsn = barracuda_codec::read_header(block).map_or(Lsn(0), |header| header.lsn);
-        let outcome = self.with_context(page_id, |c| c.compress(page, page_id, lsn, block))?;
+        let reserve_bytes =
+            if self.geometry.is_uncompressed() || self.packing.load(Ordering::Relaxed) {
+                0
+            } else {
+                log_reserve_bytes(block.len())
+            };
+        let outcome = self.with_context(page_id, |c| {
+            c.compress_reserving(page, page_id, lsn, block, reserve_bytes)
+        })?;
         Ok(match outcome {
             barracuda_codec::CompressOutcome::Fits { .. } => CompressOutcome::Fits,
             barracuda_codec::CompressOutcome::DoesNotFit { .. } => CompressOutcome::DoesNotFit,
         })
+    }
+
+    fn set_packing(&self, packing: bool) {
+        self.packing.store(packing, Ordering::Relaxed);
     }
 
     fn decompress(&self, page_id: PageId, block: &[u8], page: &mut [u8]) -> Result<()> {

@@ -56,6 +56,12 @@ pub trait PageCodec: Send + Sync {
     fn counters(&self) -> CodecCounters {
         CodecCounters::default()
     }
+    /// While `packing`, [`compress`](Self::compress) keeps no room for the
+    /// modification log: a page fits when its compressed image fits the
+    /// block. For pages written once in key order and then mostly read (a
+    /// compaction's); see `BlockCodec::compress_reserving`. A codec without
+    /// a reserve ignores it.
+    fn set_packing(&self, _packing: bool) {}
 }
 
 /// A positional data file holding one block (or, uncompressed, one page) per

@@ -228,6 +228,15 @@ impl BufferPool {
         &self.config
     }
 
+    /// Packs pages from now on (or stops): a page fits its block when its
+    /// compressed image does, with no room kept for the modification log
+    /// ([`PageCodec::set_packing`]). A compaction packs the tree it writes;
+    /// the first patches to a packed page that do not fit the room left
+    /// recompress it with the usual reserve, and split it if it does not fit.
+    pub fn set_packing(&self, packing: bool) {
+        self.services.codec.set_packing(packing);
+    }
+
     /// Publishes the LRU length for readers without the mutex.
     pub(crate) fn set_lru_len(&self, len: u32) {
         self.lru_len.store(len, Ordering::Relaxed);
