@@ -1,7 +1,8 @@
 //! Fuzz target: a structured page and a sequence of patches (through
 //! `arbitrary`). The block must always decode to what a model holds that
 //! writes the same patches into a plain buffer, through log-full
-//! recompressions and compression failures.
+//! recompressions and compression failures, also from a packed block (no
+//! log reserve, as a compaction writes them).
 #![no_main]
 
 use std::cell::RefCell;
@@ -10,7 +11,7 @@ use std::collections::HashMap;
 use arbitrary::Arbitrary;
 use barracuda_codec::{
     BlockCodec, BlockSize, Codec, CompressOutcome, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES,
-    PageId, PatchOutcome, append_patch, check_invariants, sample, seal, verify,
+    PageId, PatchOutcome, append_patch, check_invariants, log_reserve_bytes, sample, seal, verify,
 };
 
 /// Patches per input: enough to fill the log of a 16 KiB block several times.
@@ -53,6 +54,9 @@ struct Input {
     page_log2: u8,
     block_index: u8,
     content: Content,
+    /// Compress the page first with no log reserve, as a compaction packs
+    /// it (`compress_reserving(.., 0)`); the patches then use the reserve.
+    packed: bool,
     patches: Vec<Patch>,
 }
 
@@ -149,8 +153,13 @@ fn run(input: &Input, coder: &mut BlockCodec) {
     let mut block = vec![0; geometry.block_size_bytes()];
     let mut frame = vec![0; geometry.page_size_bytes()];
     let page_id = PageId(3);
+    let reserve_bytes = if input.packed || geometry.is_uncompressed() {
+        0
+    } else {
+        log_reserve_bytes(block.len())
+    };
     match coder
-        .compress(&model, page_id, Lsn(1), &mut block)
+        .compress_reserving(&model, page_id, Lsn(1), &mut block, reserve_bytes)
         .expect("compress")
     {
         CompressOutcome::Fits { .. } => {}

@@ -104,12 +104,16 @@ struct Args {
     /// of the budget (the memory a cgroup leaves it; not a fair column).
     #[arg(long)]
     barracuda_pool_mib: Option<usize>,
-    /// Workload 2: Barracuda's page size in KiB, 8 or 16 (the tree
-    /// default), compressed into blocks of half the page. 8: 4 KiB on disk
-    /// per page, as LMDB's and redb's pages and RocksDB's default blocks;
-    /// a cached block then carries half as many cold neighbours of a hot
-    /// key (see docs/benchmarks.md, workload 2).
-    #[arg(long, default_value_t = 8)]
+    /// Workload 2: Barracuda's page size in KiB, 16 (the tree default) or
+    /// 8, compressed into blocks of half the page. A compaction packs 15 of
+    /// workload 2's records into an 8 KiB block, where a 4 KiB block holds
+    /// at most 7 (8 x 524 bytes of random half and key exceed 4,096): 137.0
+    /// against 147.4 MiB. 8 KiB pages carry half as many cold neighbours of
+    /// a hot key per cached block; twelve alternating reads runs on each
+    /// compacted copy gave 16 KiB 0.97x the uniform and 0.96x the Zipf gets/s
+    /// of 8 KiB (medians of the paired ratios, 0.74x to 1.23x: the host's
+    /// noise; see docs/benchmarks.md, workload 2).
+    #[arg(long, default_value_t = 16)]
     barracuda_page_kib: usize,
     /// Workload 2: Barracuda's I/O backend.
     #[arg(long, value_enum, default_value_t = W2Io::Auto)]
