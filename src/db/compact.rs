@@ -43,9 +43,10 @@ const COMPACT_BATCH_OPS_MAX: usize = 1024;
 /// The copy packs the new tree's blocks (`BufferPool::set_packing`): no
 /// room kept for the modification log, so each page holds what its block
 /// can. The pool leaves packing when this is dropped, before anything else
-/// writes to the tree: a packed page's first change that does not fit the
-/// room left recompresses with the reserve (and splits if it must), in the
-/// original run and in recovery alike (which never replays the copy).
+/// writes to the tree. A packed block stays packed while its page fits it
+/// (the pool sees it in the block: less room than the reserve), so later
+/// changes compress the same way in the original run and in recovery
+/// (which never replays the copy itself).
 struct Packing<'a>(&'a TreeInner);
 
 impl<'a> Packing<'a> {

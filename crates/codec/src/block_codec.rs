@@ -158,9 +158,9 @@ impl BlockCodec {
     /// modification log instead of the policy's reserve. A *packed* block
     /// (`reserve_bytes` 0) is for a page that is written once and then
     /// mostly read, as a compaction writes them: it holds as much of the page
-    /// as the block can, and its first patches that do not fit the little
-    /// room left make the page recompress with the usual reserve (and split
-    /// if it does not fit).
+    /// as the block can. Whether a later change recompresses it packed is the
+    /// caller's policy (the pool keeps a packed block packed while the page
+    /// fits it).
     ///
     /// # Panics
     /// As [`compress`](Self::compress).

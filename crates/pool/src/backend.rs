@@ -59,8 +59,9 @@ pub trait PageCodec: Send + Sync {
     /// While `packing`, [`compress`](Self::compress) keeps no room for the
     /// modification log: a page fits when its compressed image fits the
     /// block. For pages written once in key order and then mostly read (a
-    /// compaction's); see `BlockCodec::compress_reserving`. A codec without
-    /// a reserve ignores it.
+    /// compaction's); see `BlockCodec::compress_reserving`. A block packed
+    /// so stays packed when recompressed later, while the page fits it. A
+    /// codec without a reserve ignores it.
     fn set_packing(&self, _packing: bool) {}
 }
 

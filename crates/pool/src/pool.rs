@@ -230,9 +230,11 @@ impl BufferPool {
 
     /// Packs pages from now on (or stops): a page fits its block when its
     /// compressed image does, with no room kept for the modification log
-    /// ([`PageCodec::set_packing`]). A compaction packs the tree it writes;
-    /// the first patches to a packed page that do not fit the room left
-    /// recompress it with the usual reserve, and split it if it does not fit.
+    /// ([`PageCodec::set_packing`]). A compaction packs the tree it writes.
+    /// Afterwards a packed block stays packed while its page fits it (a
+    /// change that does not fit the little log room left recompresses it,
+    /// again with no reserve), and the tree splits the page once it does
+    /// not fit.
     pub fn set_packing(&self, packing: bool) {
         self.services.codec.set_packing(packing);
     }
