@@ -252,7 +252,7 @@ proptest! {
 /// A page that fits its block only without the modification-log reserve: the
 /// policy's `compress` refuses it, `compress_reserving(.., 0)` packs it, the
 /// packed block decodes to the page, and a patch larger than the little room
-/// left is `LogFull` (the pool then recompresses with the reserve).
+/// left is `LogFull` (the pool then recompresses it, packed again).
 #[test]
 fn a_packed_block_holds_what_the_reserve_would_refuse() {
     use rand::RngCore;

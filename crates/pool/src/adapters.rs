@@ -79,22 +79,20 @@ impl PageCodec for CodecService {
         // Keep the LSN the block carries (a new block has none yet).
         let header = barracuda_codec::read_header(block).ok();
         let lsn = header.map_or(Lsn(0), |header| header.lsn);
-        let reserve_bytes = log_reserve_bytes(block.len());
         // A block packed by a compaction stays packed while the page fits
         // it, so that a same-size overwrite does not split a packed page.
         // Only a packed compress leaves less than the reserve after the
         // image.
         let packed = header.is_some_and(|header| {
-            BLOCK_HEADER_BYTES + header.compressed_len_bytes + reserve_bytes > block.len()
+            BLOCK_HEADER_BYTES + header.compressed_len_bytes + log_reserve_bytes(block.len())
+                > block.len()
         });
-        let reserve_bytes =
-            if self.geometry.is_uncompressed() || packed || self.packing.load(Ordering::Relaxed) {
-                0
-            } else {
-                reserve_bytes
-            };
         let outcome = self.with_context(page_id, |c| {
-            c.compress_reserving(page, page_id, lsn, block, reserve_bytes)
+            if packed || self.packing.load(Ordering::Relaxed) {
+                c.compress_reserving(page, page_id, lsn, block, 0)
+            } else {
+                c.compress(page, page_id, lsn, block)
+            }
         })?;
         Ok(match outcome {
             barracuda_codec::CompressOutcome::Fits { .. } => CompressOutcome::Fits,
