@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use barracuda::{CompactStep, Compression, Db, Durability, TreeOptions, WriteBatch};
-use common::{key, tempdir};
+use common::{half_random_value, key, tempdir};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -303,16 +303,12 @@ fn a_compaction_cancelled_by_its_callback_changes_nothing() {
     db.check().unwrap();
 }
 
-/// workload 2's records (peers): a random 24-byte key and a 1,000-byte
-/// value whose second half repeats its first, so each compresses to about
-/// 530 bytes and no more.
+/// workload 2's records (peers): a random 24-byte key and a value that
+/// compresses to about half, about 530 bytes in all once compressed.
 fn half_random_record(rng: &mut SmallRng) -> (Vec<u8>, Vec<u8>) {
     let mut key = vec![0; 24];
     rng.fill(&mut key[..]);
-    let mut value = vec![0; 1_000];
-    rng.fill(&mut value[..500]);
-    value.copy_within(..500, 500);
-    (key, value)
+    (key, half_random_value(rng))
 }
 
 /// A compaction packs a compressed tree: each leaf holds what its block

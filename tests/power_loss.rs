@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use barracuda::io::{BlockFile, FaultConfig, FaultErrno, FaultFile, FaultOp, FaultRule};
 use barracuda::{Db, Durability, FileWrapper};
-use common::tempdir;
+use common::{half_random_value, tempdir};
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -252,16 +252,6 @@ fn io_errors_fail_cleanly_and_damage_nothing() {
             }
         }
     }
-}
-
-/// A value whose second half repeats its first half of random bytes
-/// (workload 2's): blocks, not pages, bound how many fit a leaf, so a
-/// compaction packs them (no room left for the modification log).
-fn half_random_value(rng: &mut SmallRng) -> Vec<u8> {
-    let mut value = vec![0; 1_000];
-    rng.fill(&mut value[..500]);
-    value.copy_within(..500, 500);
-    value
 }
 
 /// Power loss after a compaction packed the tree: the synced overwrites,

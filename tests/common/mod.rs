@@ -41,3 +41,13 @@ pub fn two_trees(dir: &std::path::Path) -> (Db, barracuda::Tree, barracuda::Tree
         .expect("tree b");
     (db, a, b)
 }
+
+/// Workload 2's value (peers): 1,000 bytes whose second half repeats a
+/// first half of random bytes. It compresses to about half, so an 8 KiB
+/// block, not a 16 KiB page, bounds how many fit a leaf.
+pub fn half_random_value(rng: &mut impl rand::Rng) -> Vec<u8> {
+    let mut value = vec![0; 1_000];
+    rng.fill(&mut value[..500]);
+    value.copy_within(..500, 500);
+    value
+}
