@@ -28,6 +28,21 @@ pub fn log_reserve_bytes(block_size_bytes: usize) -> usize {
     (block_size_bytes / LOG_RESERVE_FRACTION).max(LOG_RESERVE_BYTES_MIN)
 }
 
+/// Whether `block` was compressed *packed* (by
+/// [`BlockCodec::compress_reserving`] with less than the policy's reserve):
+/// its image leaves less than [`log_reserve_bytes`] after it, which the
+/// policy's [`BlockCodec::compress`] never does. A caller recompressing the
+/// block's page can keep it packed while the page fits (the pool does).
+/// An uncompressed block counts as packed (it has no reserve either); false
+/// for a block whose header does not parse.
+#[must_use]
+pub fn is_packed(block: &[u8]) -> bool {
+    format::read_header(block).is_ok_and(|header| {
+        BLOCK_HEADER_BYTES + header.compressed_len_bytes + log_reserve_bytes(block.len())
+            > block.len()
+    })
+}
+
 /// What [`BlockCodec::compress`] produced.
 #[must_use]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -60,7 +60,8 @@ pub mod sample;
 mod stats;
 
 pub use block_codec::{
-    BlockCodec, CompressOutcome, LOG_RESERVE_BYTES_MIN, LOG_RESERVE_FRACTION, log_reserve_bytes,
+    BlockCodec, CompressOutcome, LOG_RESERVE_BYTES_MIN, LOG_RESERVE_FRACTION, is_packed,
+    log_reserve_bytes,
 };
 pub use codec::{
     Codec, CodecId, ZLIB_LEVEL_DEFAULT, ZLIB_LEVEL_MAX, ZLIB_LEVEL_MIN, ZSTD_LEVEL_DEFAULT,

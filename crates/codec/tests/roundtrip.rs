@@ -8,7 +8,8 @@
 
 use barracuda_codec::{
     BlockCodec, BlockSize, Codec, CompressOutcome, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES,
-    PageId, PatchOutcome, append_patch, check_invariants, log_reserve_bytes, sample, seal, verify,
+    PageId, PatchOutcome, append_patch, check_invariants, is_packed, log_reserve_bytes, sample,
+    seal, verify,
 };
 use proptest::prelude::*;
 
@@ -264,6 +265,12 @@ fn a_packed_block_holds_what_the_reserve_would_refuse() {
     sample::rng(7).fill_bytes(&mut page[PAGE_HEADER_RESERVED_BYTES..][..random_bytes]);
     let mut coder = BlockCodec::new(Codec::zstd_default(), geometry).unwrap();
     let mut block = vec![0; block_bytes];
+    let empty = vec![0; page.len()];
+    let normal = coder
+        .compress(&empty, PageId(5), Lsn(8), &mut block)
+        .unwrap();
+    assert!(matches!(normal, CompressOutcome::Fits { .. }), "{normal:?}");
+    assert!(!is_packed(&block));
     let refused = coder
         .compress(&page, PageId(5), Lsn(9), &mut block)
         .unwrap();
@@ -278,6 +285,7 @@ fn a_packed_block_holds_what_the_reserve_would_refuse() {
         panic!("a packed page must fit: {packed:?}");
     };
     assert!(40 + compressed_len > block_bytes - log_reserve_bytes(block_bytes));
+    assert!(is_packed(&block));
     verify(&block, PageId(5)).unwrap();
     let mut frame = vec![0; page.len()];
     coder.decompress(&block, &mut frame).unwrap();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use barracuda_codec::{
-    BLOCK_HEADER_BYTES, BlockCodec, Codec, CompressionStats, Geometry, Lsn,
-    PAGE_HEADER_RESERVED_BYTES, PageId, PatchOutcome, log_reserve_bytes,
+    BlockCodec, Codec, CompressionStats, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId,
+    PatchOutcome,
 };
 use barracuda_io::{AlignedBuf, BlockFile, CompletionSender, IoRequest};
 use parking_lot::Mutex;
@@ -77,16 +77,11 @@ impl CodecService {
 impl PageCodec for CodecService {
     fn compress(&self, page_id: PageId, page: &[u8], block: &mut [u8]) -> Result<CompressOutcome> {
         // Keep the LSN the block carries (a new block has none yet).
-        let header = barracuda_codec::read_header(block).ok();
-        let lsn = header.map_or(Lsn(0), |header| header.lsn);
+        let lsn = barracuda_codec::read_header(block).map_or(Lsn(0), |header| header.lsn);
         // A block packed by a compaction stays packed while the page fits
-        // it, so that a same-size overwrite does not split a packed page.
-        // Only a packed compress leaves less than the reserve after the
-        // image.
-        let packed = header.is_some_and(|header| {
-            BLOCK_HEADER_BYTES + header.compressed_len_bytes + log_reserve_bytes(block.len())
-                > block.len()
-        });
+        // it, so that a same-size overwrite does not split a packed page;
+        // read from the block, so recovery decides as the original run did.
+        let packed = barracuda_codec::is_packed(block);
         let outcome = self.with_context(page_id, |c| {
             if packed || self.packing.load(Ordering::Relaxed) {
                 c.compress_reserving(page, page_id, lsn, block, 0)
