@@ -57,6 +57,15 @@ fn value(seed: u64, i: u64, len: usize) -> Vec<u8> {
     format!("{seed}:{i};").bytes().cycle().take(len).collect()
 }
 
+/// The power goes out: the database stops as if its process died, and every
+/// file loses its unsynced writes (whole, or torn at sectors).
+fn lose_power(db: Db, files: &Files) {
+    db.halt();
+    for file in files.lock().iter() {
+        file.crash().unwrap();
+    }
+}
+
 /// Checks the reopened database against `model`; `uncertain` (a write that
 /// returned an error, or was never acknowledged) may be there or not.
 fn verify(dir: &Path, model: &BTreeMap<Vec<u8>, Vec<u8>>, uncertain: Option<&[u8]>) {
@@ -111,10 +120,7 @@ fn power_loss_keeps_every_synced_write() {
             let pending = key(999_999);
             tree.put_with(&pending, b"maybe", Durability::NoSync)
                 .unwrap();
-            db.halt();
-            for file in files.lock().iter() {
-                file.crash().unwrap();
-            }
+            lose_power(db, &files);
             verify(dir.path(), &model, Some(&pending));
             let reopened = options().open(dir.path()).unwrap();
             reopened.tree("t").unwrap().delete(&pending).unwrap();
@@ -173,10 +179,7 @@ fn power_loss_keeps_a_batch_over_several_groups_whole_or_drops_it() {
                 "the batch's first groups are synced, its last is not: {after:?}"
             );
         }
-        db.halt();
-        for file in files.lock().iter() {
-            file.crash().unwrap();
-        }
+        lose_power(db, &files);
         let db = options().open(dir.path()).unwrap();
         db.check().unwrap();
         let tree = db.tree("t").unwrap();
@@ -293,10 +296,7 @@ fn power_loss_after_a_packing_compaction_keeps_every_synced_write() {
                     }
                 }
             }
-            db.halt();
-            for file in files.lock().iter() {
-                file.crash().unwrap();
-            }
+            lose_power(db, &files);
             verify(dir.path(), &model, None);
             let reopened = options().open(dir.path()).unwrap();
             reopened.tree("t").unwrap().delete(b"after").unwrap();

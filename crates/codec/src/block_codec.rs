@@ -33,13 +33,14 @@ pub fn log_reserve_bytes(block_size_bytes: usize) -> usize {
 /// its image leaves less than [`log_reserve_bytes`] after it, which the
 /// policy's [`BlockCodec::compress`] never does. A caller recompressing the
 /// block's page can keep it packed while the page fits (the pool does).
-/// An uncompressed block counts as packed (it has no reserve either); false
-/// for a block whose header does not parse.
+/// False for an uncompressed block (it has no modification log) and for a
+/// block whose header does not parse.
 #[must_use]
 pub fn is_packed(block: &[u8]) -> bool {
     format::read_header(block).is_ok_and(|header| {
-        BLOCK_HEADER_BYTES + header.compressed_len_bytes + log_reserve_bytes(block.len())
-            > block.len()
+        !header.geometry.is_uncompressed()
+            && BLOCK_HEADER_BYTES + header.compressed_len_bytes + log_reserve_bytes(block.len())
+                > block.len()
     })
 }
 
