@@ -13,7 +13,7 @@
 //!   shape (leaves, fill, merges) and 200,000 `scan_limit` ranges of ten
 //!   over what is left;
 //! - `batch`: 100 transactions of 1,000 new random pairs, each written as
-//!   the peers adapter does (batches of 300, the last one synced);
+//!   the peers adapter does (one atomic batch, synced);
 //! - `load`: nothing (the load alone).
 //!
 //! ```sh
@@ -142,25 +142,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             eprintln!("ranges after the removals: {:?}", ranges.elapsed());
         }
         "batch" => {
-            // As the peers adapter commits a transaction: batches of 300,
-            // the last one synced.
+            // As the peers adapter commits workload 1's transactions: one
+            // atomic batch of 1,000 puts each, synced.
+            let mut times = Vec::new();
+            let mut syncs = Vec::new();
             for _ in 0..100 {
-                for ops in [300, 300, 300, 100] {
-                    let mut batch = WriteBatch::new();
-                    for _ in 0..ops {
-                        let (mut key, mut value) = ([0; 24], [0; 150]);
-                        rng.fill_bytes(&mut key);
-                        rng.fill_bytes(&mut value);
-                        batch.put(&tree, &key, &value);
-                    }
-                    let sync = if ops == 100 {
-                        Durability::Sync
-                    } else {
-                        Durability::NoSync
-                    };
-                    db.write_with(batch, sync)?;
+                let mut batch = WriteBatch::new();
+                for _ in 0..1_000 {
+                    let (mut key, mut value) = ([0; 24], [0; 150]);
+                    rng.fill_bytes(&mut key);
+                    rng.fill_bytes(&mut value);
+                    batch.put(&tree, &key, &value);
                 }
+                let t = Instant::now();
+                db.write_with(batch, Durability::NoSync)?;
+                let t2 = Instant::now();
+                db.sync()?;
+                times.push(t.elapsed());
+                syncs.push(t2.elapsed());
             }
+            times.sort();
+            syncs.sort();
+            eprintln!(
+                "sync times: min {:?} median {:?} p90 {:?} max {:?} sum {:?}",
+                syncs[0],
+                syncs[50],
+                syncs[90],
+                syncs[99],
+                syncs.iter().sum::<std::time::Duration>()
+            );
+            eprintln!(
+                "batch times: min {:?} median {:?} p90 {:?} max {:?} sum {:?}",
+                times[0],
+                times[50],
+                times[90],
+                times[99],
+                times.iter().sum::<std::time::Duration>()
+            );
         }
         "load" => {}
         other => {

@@ -32,13 +32,24 @@ const PREFETCH_OPS_MIN: usize = barracuda_btree::PREFETCH_SAMPLE_KEYS;
 /// (only when a sample of them misses the pool).
 #[derive(Debug, Default)]
 pub struct WriteBatch {
-    ops: Vec<(Tree, Op)>,
+    /// The trees the operations name, each once.
+    trees: Vec<Tree>,
+    /// The operations, in order.
+    ops: Vec<Op>,
+    /// Every operation's key, then its value, one after the other (one
+    /// buffer for the batch rather than two per operation).
+    bytes: Vec<u8>,
 }
 
-#[derive(Debug)]
-enum Op {
-    Put(Vec<u8>, Vec<u8>),
-    Delete(Vec<u8>),
+/// One operation: an index into the batch's trees, and where its key and
+/// value lie in the batch's bytes.
+#[derive(Clone, Copy, Debug)]
+struct Op {
+    tree: usize,
+    start: usize,
+    key_len: usize,
+    /// `None` for a delete.
+    value_len: Option<usize>,
 }
 
 impl WriteBatch {
@@ -50,13 +61,34 @@ impl WriteBatch {
 
     /// Sets `key` to `value` in `tree`.
     pub fn put(&mut self, tree: &Tree, key: &[u8], value: &[u8]) {
-        self.ops
-            .push((tree.clone(), Op::Put(key.to_vec(), value.to_vec())));
+        self.push(tree, key, Some(value));
     }
 
     /// Removes `key` from `tree`.
     pub fn delete(&mut self, tree: &Tree, key: &[u8]) {
-        self.ops.push((tree.clone(), Op::Delete(key.to_vec())));
+        self.push(tree, key, None);
+    }
+
+    fn push(&mut self, tree: &Tree, key: &[u8], value: Option<&[u8]>) {
+        // Most batches name one tree: the last one is tried first.
+        let index = match self.trees.iter().rposition(|t| t.same_tree(tree)) {
+            Some(index) => index,
+            None => {
+                self.trees.push(tree.clone());
+                self.trees.len() - 1
+            }
+        };
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        if let Some(value) = value {
+            self.bytes.extend_from_slice(value);
+        }
+        self.ops.push(Op {
+            tree: index,
+            start,
+            key_len: key.len(),
+            value_len: value.map(<[u8]>::len),
+        });
     }
 
     /// Number of operations.
@@ -69,6 +101,15 @@ impl WriteBatch {
         self.ops.is_empty()
     }
 
+    fn key(&self, op: &Op) -> &[u8] {
+        &self.bytes[op.start..op.start + op.key_len]
+    }
+
+    fn value(&self, op: &Op) -> Option<&[u8]> {
+        let at = op.start + op.key_len;
+        op.value_len.map(|len| &self.bytes[at..at + len])
+    }
+
     /// Starts reading the leaves the batch will change, per tree, before
     /// the write mutex is taken (`barracuda_btree::Tree::prefetch_leaves`):
     /// with data larger than the pool, a batch of random writes then waits
@@ -78,50 +119,45 @@ impl WriteBatch {
         if self.ops.len() < PREFETCH_OPS_MIN {
             return;
         }
-        let mut done: Vec<&Tree> = Vec::new();
-        for (tree, _) in &self.ops {
-            if done.iter().any(|t| t.same_tree(tree)) {
-                continue;
-            }
-            done.push(tree);
+        for (index, tree) in self.trees.iter().enumerate() {
             let keys = self
                 .ops
                 .iter()
-                .filter(|(t, _)| t.same_tree(tree))
-                .map(|(_, op)| match op {
-                    Op::Put(key, _) | Op::Delete(key) => key.as_slice(),
-                });
+                .filter(|op| op.tree == index)
+                .map(|op| self.key(op));
             tree.inner().tree.prefetch_leaves(keys);
         }
     }
 
     pub(crate) fn apply(self, db: &std::sync::Arc<DbInner>, durability: Durability) -> Result<()> {
-        let mut op_bytes = Vec::with_capacity(self.ops.len());
-        let mut image_bytes_max = 0;
-        for (tree, op) in &self.ops {
+        for tree in &self.trees {
             if !std::sync::Arc::ptr_eq(tree.db(), db) {
                 return Err(Error::InvalidOptions {
                     reason: format!("tree {:?} belongs to another database", tree.name()),
                 });
             }
-            let bytes = match op {
-                Op::Put(key, value) => check_entry(db, &tree.inner(), key, Some(value))?,
-                Op::Delete(key) => check_entry(db, &tree.inner(), key, None)?,
-            };
-            op_bytes.push(bytes);
-            image_bytes_max = image_bytes_max.max(image_bytes(&tree.inner()));
         }
+        let inners: Vec<_> = self.trees.iter().map(Tree::inner).collect();
+        let mut op_bytes = Vec::with_capacity(self.ops.len());
+        for op in &self.ops {
+            let inner = &inners[op.tree];
+            op_bytes.push(check_entry(db, inner, self.key(op), self.value(op))?);
+        }
+        let image_bytes_max = inners.iter().map(|inner| image_bytes(inner)).max();
         // The levels above the parents and the meta pages, once per group.
-        let group_more = BATCH_IMAGES_MORE * image_bytes_max;
+        let group_more = BATCH_IMAGES_MORE * image_bytes_max.unwrap_or(0);
         let group_limit = db.group_bytes_max();
         let new_group = group_starts(&op_bytes, group_more, group_limit);
         let groups = 1 + new_group.iter().filter(|&&starts| starts).count();
         let estimated = op_bytes.iter().sum::<usize>() + groups * group_more;
         // Every page a batch changes stays in its pool, pinned at the
         // pending LSN, until the batch is logged: at most half the pool.
-        for (tree, _) in &self.ops {
-            let ops = self.ops.iter().filter(|(t, _)| t.same_tree(tree)).count();
-            let (pinned, limit) = batch_pinned_bytes(&tree.inner(), ops);
+        let mut ops_per_tree = vec![0; self.trees.len()];
+        for op in &self.ops {
+            ops_per_tree[op.tree] += 1;
+        }
+        for (inner, &ops) in inners.iter().zip(&ops_per_tree) {
+            let (pinned, limit) = batch_pinned_bytes(inner, ops);
             if pinned > limit {
                 return Err(Error::BatchTooLarge {
                     estimated_bytes: pinned,
@@ -129,6 +165,7 @@ impl WriteBatch {
                 });
             }
         }
+        drop(inners);
         let limit = db.batch_bytes_max();
         if estimated > limit {
             return Err(Error::BatchTooLarge {
@@ -138,19 +175,21 @@ impl WriteBatch {
         }
         self.prefetch_leaves();
         db.write_spanning(durability, estimated, |writer, split| {
-            for ((tree, op), &starts) in self.ops.iter().zip(&new_group) {
+            // Loaded under the write mutex: a compaction cannot swap a
+            // tree until this write is logged.
+            let inners: Vec<_> = self.trees.iter().map(Tree::inner).collect();
+            for (op, &starts) in self.ops.iter().zip(&new_group) {
                 if starts {
                     split.next_group(writer)?;
                 }
-                // Loaded under the write mutex: a compaction cannot swap
-                // the tree until this write is logged.
-                let inner = tree.inner();
-                let ctx = writer.op(&inner);
-                match op {
-                    Op::Put(key, value) => {
+                let inner = &inners[op.tree];
+                let ctx = writer.op(inner);
+                let key = self.key(op);
+                match self.value(op) {
+                    Some(value) => {
                         inner.tree.insert_in(ctx, key, value)?;
                     }
-                    Op::Delete(key) => {
+                    None => {
                         inner.tree.delete_in(ctx, key)?;
                     }
                 }

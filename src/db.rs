@@ -53,9 +53,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use barracuda_btree::{
-    LsnMode, OpContext, PagePatches, PageStore, PoolStore, Tree as BTree, TreeConfig,
-};
+use barracuda_btree::{LsnMode, OpContext, PageStore, PoolStore, Tree as BTree, TreeConfig};
 use barracuda_codec::{Geometry, Lsn, PageId};
 use barracuda_io::{BlockFile, DirLock, FaultFile, IoOptions};
 use barracuda_pool::{
@@ -225,15 +223,7 @@ impl Writer {
                     self.logged.len() - 1
                 }
             };
-            let logged = &mut self.logged[index].1;
-            logged
-                .pages
-                .extend(op.pages.drain(..).map(|page| PagePatches {
-                    page_id: page.page_id,
-                    patches: Vec::new(),
-                }));
-            logged.allocated.append(&mut op.allocated);
-            logged.freed.append(&mut op.freed);
+            op.move_logged_to(&mut self.logged[index].1);
         }
     }
 
@@ -1009,8 +999,8 @@ impl DbInner {
                     continue;
                 }
                 let logged = logged_page_id(tree.entry.id, page.page_id);
-                for patch in &page.patches {
-                    group.patch(logged, patch.offset, &patch.bytes);
+                for (offset, bytes) in op.patches(page) {
+                    group.patch(logged, offset, bytes);
                 }
             }
         }

@@ -41,7 +41,7 @@
 //!   holds the meta page while waiting for a tree page.
 
 use crate::error::{Error, Result};
-use crate::store::{Fit, OpContext, PagePatches, PageStore, PageWrite, Patch};
+use crate::store::{Fit, OpContext, PageStore, PageWrite};
 use barracuda_codec::{Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
 use barracuda_pool::{Access, BufferPool, CommitOutcome, DurableLsn, ExclusiveGuard, SharedGuard};
 use parking_lot::Mutex;
@@ -467,23 +467,15 @@ impl PageWrite for PoolExclusive<'_> {
         if self.inner.pending_patch_count() == 0 {
             return Fit::Fits;
         }
-        let patches: Vec<Patch> = self
-            .inner
-            .pending_patches()
-            .map(|(offset, bytes)| Patch {
-                offset: offset as u32,
-                bytes: bytes.to_vec(),
-            })
-            .collect();
+        // Recorded before the commit, which may roll the page back; taken
+        // back out if it does.
+        op.commit_page(self.inner.page_id(), self.inner.pending_patches());
         match self.inner.commit_pending_lsn() {
-            Ok(CommitOutcome::Fits) => {
-                op.pages.push(PagePatches {
-                    page_id: self.inner.page_id(),
-                    patches,
-                });
-                Fit::Fits
+            Ok(CommitOutcome::Fits) => Fit::Fits,
+            Ok(CommitOutcome::DoesNotFit) => {
+                op.forget_last_commit();
+                Fit::DoesNotFit
             }
-            Ok(CommitOutcome::DoesNotFit) => Fit::DoesNotFit,
             // The pool rolled the page back; a codec error on a page the
             // tree just built cannot be handled by splitting.
             Err(e) => panic!("commit of {} failed: {e}", self.inner.page_id()),

@@ -35,7 +35,7 @@ use barracuda_codec::{
     BlockCodec, Codec, CompressOutcome, Geometry, Lsn, PageId, PatchOutcome, append_patch,
 };
 use parking_lot::{Mutex, RawRwLock, RwLock};
-use std::ops::Deref;
+use std::ops::{Deref, Range};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -58,13 +58,30 @@ pub struct Patch {
     pub bytes: Vec<u8>,
 }
 
-/// The committed patches of one page within one operation.
+/// The committed patches of one page within one operation; their bytes
+/// are kept by the operation ([`OpContext::patches`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PagePatches {
     /// The page changed.
     pub page_id: PageId,
-    /// Its patches, in the order they were applied.
-    pub patches: Vec<Patch>,
+    /// Its patches: a range of the operation's patch list.
+    patches: Range<usize>,
+}
+
+impl PagePatches {
+    /// How many patches this commit of the page made.
+    #[must_use]
+    pub fn patch_count(&self) -> usize {
+        self.patches.len()
+    }
+}
+
+/// Where one committed patch lies in its operation's byte buffer.
+#[derive(Clone, Copy, Debug)]
+struct PatchAt {
+    offset: u32,
+    start: usize,
+    len: usize,
 }
 
 /// Everything one tree operation changed: the unit of atomic redo.
@@ -87,6 +104,11 @@ pub struct OpContext {
     /// them in one change of the meta page, so a batch of inserts logs one
     /// count instead of one per insert.
     pub entry_delta: i64,
+    /// Every committed patch, in commit order; `pages` index into it.
+    patch_list: Vec<PatchAt>,
+    /// The patches' bytes, one after the other: one buffer for the whole
+    /// operation (a batch of writes commits thousands of patches).
+    patch_bytes: Vec<u8>,
 }
 
 impl OpContext {
@@ -96,13 +118,70 @@ impl OpContext {
         Self::default()
     }
 
+    /// Records a commit of `page_id` that made `patches` (offset, new
+    /// bytes), in the order they were applied.
+    pub fn commit_page<'a>(
+        &mut self,
+        page_id: PageId,
+        patches: impl IntoIterator<Item = (usize, &'a [u8])>,
+    ) {
+        let first = self.patch_list.len();
+        for (offset, bytes) in patches {
+            self.patch_list.push(PatchAt {
+                offset: u32::try_from(offset).expect("page offsets are 16-bit"),
+                start: self.patch_bytes.len(),
+                len: bytes.len(),
+            });
+            self.patch_bytes.extend_from_slice(bytes);
+        }
+        self.pages.push(PagePatches {
+            page_id,
+            patches: first..self.patch_list.len(),
+        });
+    }
+
+    /// Takes back the last [`Self::commit_page`] (the store could not
+    /// commit it after all).
+    pub(crate) fn forget_last_commit(&mut self) {
+        if let Some(page) = self.pages.pop() {
+            if let Some(first) = self.patch_list.get(page.patches.start) {
+                self.patch_bytes.truncate(first.start);
+            }
+            self.patch_list.truncate(page.patches.start);
+        }
+    }
+
+    /// The patches of one of this operation's commits, as (offset, new
+    /// bytes) in the order they were applied.
+    pub fn patches<'a>(&'a self, page: &PagePatches) -> impl Iterator<Item = (u32, &'a [u8])> {
+        self.patch_list[page.patches.clone()]
+            .iter()
+            .map(|p| (p.offset, &self.patch_bytes[p.start..p.start + p.len]))
+    }
+
+    /// Moves the pages this operation changed, allocated and freed to
+    /// `logged`, without their patches (they are in the log now), and
+    /// drops the patches.
+    pub fn move_logged_to(&mut self, logged: &mut OpContext) {
+        logged
+            .pages
+            .extend(self.pages.drain(..).map(|page| PagePatches {
+                page_id: page.page_id,
+                patches: 0..0,
+            }));
+        logged.allocated.append(&mut self.allocated);
+        logged.freed.append(&mut self.freed);
+        self.patch_list.clear();
+        self.patch_bytes.clear();
+    }
+
     /// The total number of patch bytes (payload only) in this operation.
     #[must_use]
     pub fn patch_bytes(&self) -> usize {
         self.pages
             .iter()
-            .flat_map(|p| p.patches.iter())
-            .map(|p| p.bytes.len())
+            .flat_map(|page| self.patch_list[page.patches.clone()].iter())
+            .map(|p| p.len)
             .sum()
     }
 }
@@ -626,10 +705,13 @@ impl<F: FitCheck> PageWrite for MemExclusive<'_, F> {
             return Fit::DoesNotFit;
         }
         self.undo.clear();
-        op.pages.push(PagePatches {
-            page_id: self.page_id,
-            patches: std::mem::take(&mut self.pending),
-        });
+        op.commit_page(
+            self.page_id,
+            self.pending
+                .iter()
+                .map(|p| (p.offset as usize, p.bytes.as_slice())),
+        );
+        self.pending.clear();
         Fit::Fits
     }
 }
@@ -762,7 +844,7 @@ impl<F: FitCheck> PageStore for MemStore<F> {
 
     fn finish_op(&self, op: OpContext) {
         self.op_count.fetch_add(1, Ordering::Relaxed);
-        let patches = op.pages.iter().map(|p| p.patches.len() as u64).sum::<u64>();
+        let patches = op.pages.iter().map(|p| p.patch_count() as u64).sum::<u64>();
         self.patch_count.fetch_add(patches, Ordering::Relaxed);
         self.patch_bytes
             .fetch_add(op.patch_bytes() as u64, Ordering::Relaxed);
@@ -771,8 +853,49 @@ impl<F: FitCheck> PageStore for MemStore<F> {
 
 #[cfg(test)]
 mod tests {
-    use super::diff_runs;
+    use super::{OpContext, diff_runs};
+    use barracuda_codec::PageId;
     use proptest::prelude::*;
+
+    fn patches_of(op: &OpContext, i: usize) -> Vec<(u32, Vec<u8>)> {
+        op.patches(&op.pages[i])
+            .map(|(offset, bytes)| (offset, bytes.to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn an_operation_keeps_each_commits_patches_apart_and_takes_the_last_back() {
+        let mut op = OpContext::new();
+        op.commit_page(PageId(3), [(10, &b"abc"[..]), (20, &b"d"[..])]);
+        op.commit_page(PageId(4), [(30, &b"efgh"[..])]);
+        op.commit_page(PageId(3), [(40, &b"ij"[..])]);
+        assert_eq!(
+            patches_of(&op, 0),
+            [(10, b"abc".to_vec()), (20, b"d".to_vec())]
+        );
+        assert_eq!(patches_of(&op, 2), [(40, b"ij".to_vec())]);
+        assert_eq!(op.patch_bytes(), 10);
+
+        op.forget_last_commit();
+        assert_eq!(op.pages.len(), 2);
+        assert_eq!(op.patch_bytes(), 8);
+        op.commit_page(PageId(5), [(50, &b"k"[..])]);
+        assert_eq!(patches_of(&op, 1), [(30, b"efgh".to_vec())]);
+        assert_eq!(patches_of(&op, 2), [(50, b"k".to_vec())]);
+
+        let mut logged = OpContext::new();
+        op.allocated.push(PageId(5));
+        op.move_logged_to(&mut logged);
+        assert!(op.pages.is_empty() && op.allocated.is_empty());
+        assert_eq!(op.patch_bytes(), 0);
+        let ids: Vec<_> = logged.pages.iter().map(|p| p.page_id).collect();
+        assert_eq!(ids, [PageId(3), PageId(4), PageId(5)]);
+        assert!(logged.pages.iter().all(|p| p.patch_count() == 0));
+        assert_eq!(logged.allocated, [PageId(5)]);
+        // The emptied operation records new commits from a clean buffer.
+        op.commit_page(PageId(6), [(60, &b"lm"[..])]);
+        assert_eq!(patches_of(&op, 0), [(60, b"lm".to_vec())]);
+    }
 
     /// The byte-at-a-time scan `diff_runs` replaced: the same runs.
     fn diff_runs_bytewise(old: &[u8], new: &[u8]) -> Vec<(usize, usize)> {

@@ -119,7 +119,7 @@ fn one_context_changes_the_count_once_when_it_settles() {
     let meta_changes = |op: &OpContext| {
         op.pages
             .iter()
-            .filter(|p| p.page_id == META_PAGE_ID && !p.patches.is_empty())
+            .filter(|p| p.page_id == META_PAGE_ID && p.patch_count() > 0)
             .count()
     };
     // Splits allocated pages through the meta page; no count yet.

@@ -32,7 +32,17 @@ thread_local! {
     /// Copy of a block taken before a commit changes it, reused across
     /// commits of one thread so the write path does not allocate per commit.
     static BLOCK_BACKUP: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Patch and undo buffers of dropped exclusive guards, for this thread's
+    /// next guards: a write fixes a few pages, and each guard would
+    /// otherwise allocate both buffers again.
+    static GUARD_BUFFERS: RefCell<Vec<(Vec<Patch>, Vec<u8>)>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Spare guard buffer pairs kept per thread: more than a split holds.
+const GUARD_BUFFERS_KEPT: usize = 16;
+/// An undo buffer larger than this is not kept (a page rebuilt many times
+/// over in one guard), so a thread's spares stay small.
+const GUARD_UNDO_KEPT_BYTES_MAX: usize = 256 * 1024;
 
 /// Shared access to a fixed page. The page cannot be evicted or changed
 /// while the guard lives.
@@ -107,12 +117,17 @@ pub struct ExclusiveGuard<'a> {
 
 impl<'a> ExclusiveGuard<'a> {
     pub(crate) fn new(pool: &'a BufferPool, desc: u32, page_id: PageId, created: bool) -> Self {
+        let (patches, undo) = GUARD_BUFFERS
+            .try_with(|spares| spares.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
         Self {
             pool,
             desc,
             page_id,
-            patches: Vec::new(),
-            undo: Vec::new(),
+            patches,
+            undo,
             created,
         }
     }
@@ -316,6 +331,19 @@ impl Drop for ExclusiveGuard<'_> {
         // SAFETY: the guard was created holding the latch exclusively.
         unsafe { desc.unlock(true) };
         desc.unpin();
+        if self.undo.capacity() <= GUARD_UNDO_KEPT_BYTES_MAX {
+            let buffers = (
+                std::mem::take(&mut self.patches),
+                std::mem::take(&mut self.undo),
+            );
+            // At thread exit the spares are gone: the buffers are freed.
+            let _ = GUARD_BUFFERS.try_with(|spares| {
+                let mut spares = spares.borrow_mut();
+                if spares.len() < GUARD_BUFFERS_KEPT {
+                    spares.push(buffers);
+                }
+            });
+        }
     }
 }
 

@@ -470,3 +470,37 @@ fn clean_pages_over_32_frames() -> (BufferPool, ManualClock) {
     }
     (pool, clock)
 }
+
+/// Exclusive guards reuse the patch and undo buffers of the thread's
+/// dropped guards: a guard dropped with uncommitted patches rolls its page
+/// back and hands on empty buffers, so the next guard neither sees its
+/// patches nor restores its bytes.
+#[test]
+fn a_guard_dropped_uncommitted_leaves_nothing_to_the_next_guard() {
+    let pool = simple_pool(
+        PageFormat::Uncompressed,
+        8,
+        Arc::new(MemoryFile::default()),
+        Arc::new(AtomicU64::new(u64::MAX)),
+        None,
+    );
+    let mut a = pool.create(PageId(1)).unwrap();
+    a.write(100, b"kept").unwrap();
+    assert_eq!(a.commit(Lsn(1)).unwrap(), CommitOutcome::Fits);
+    a.write(100, b"lost").unwrap();
+    a.write(200, b"lost too").unwrap();
+    drop(a);
+    let mut b = pool.create(PageId(2)).unwrap();
+    assert_eq!(b.pending_patch_count(), 0);
+    b.write(300, b"b's").unwrap();
+    assert_eq!(b.pending_patches().count(), 1);
+    b.rollback();
+    assert_eq!(&b[300..303], &[0, 0, 0]);
+    drop(b);
+    let a = pool.fix_exclusive(PageId(1)).unwrap();
+    assert_eq!(a.pending_patch_count(), 0);
+    assert_eq!(&a[100..104], b"kept");
+    assert_eq!(&a[200..208], &[0; 8]);
+    drop(a);
+    pool.check_invariants();
+}
