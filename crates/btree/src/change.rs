@@ -25,6 +25,12 @@ impl Scratch {
         }
     }
 
+    /// An image built elsewhere ([`crate::page::rebuilt_image`]) for page
+    /// `page_id`.
+    pub(crate) fn from_image(page_id: PageId, bytes: Vec<u8>) -> Self {
+        Self { page_id, bytes }
+    }
+
     /// A copy of the page a guard holds.
     pub(crate) fn of_guard<G: PageWrite>(g: &G) -> Self {
         Self::of(g.page_id(), g)

@@ -39,6 +39,9 @@ pub const GROUP_RECORDS_MAX: usize = 8;
 /// An insert splits a group that grows above this many records (into
 /// halves): groups of 2 to 4, so that a lookup walks few records.
 const GROUP_RECORDS_SPLIT: usize = 4;
+/// Bytes of the stack buffers the page functions encode small writes in
+/// (a record, a few directory slots) instead of allocating.
+const SMALL_BUF_BYTES: usize = 512;
 /// Records per group when a page is rebuilt, leaving room to grow before the
 /// next group split.
 const GROUP_RECORDS_BUILD: usize = 3;
@@ -637,8 +640,26 @@ impl Layout {
 /// records in their old heap order so unchanged records mostly stay in place,
 /// and writes only the differing bytes. Keeps the page LSN.
 pub fn rebuild<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf]) {
-    let image = build_image(&g[..], layout, recs, GROUP_RECORDS_BUILD);
+    let image = build_image(&g[..], layout, recs, GROUP_RECORDS_BUILD, HeapOrder::Kept);
     g.write_diff(&image);
+}
+
+/// How a rebuilt page lays out its heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapOrder {
+    /// Records keep their old heap order (by [`RecBuf::old_offset`]), so
+    /// unchanged records mostly stay in place; records without an old
+    /// offset go last.
+    Kept,
+    /// Key order, whatever the records' old offsets (a new page).
+    Key,
+}
+
+/// The image [`rebuild`] would give the page whose bytes are `old`, without
+/// writing it anywhere: a split builds its pages' images this way and
+/// writes each once, as the difference from the page it replaces.
+pub fn rebuilt_image(old: &[u8], layout: &Layout, recs: &[RecBuf], order: HeapOrder) -> Vec<u8> {
+    build_image(old, layout, recs, GROUP_RECORDS_BUILD, order)
 }
 
 /// Like [`rebuild`], but with groups of [`GROUP_RECORDS_MAX`], so the
@@ -646,11 +667,17 @@ pub fn rebuild<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf]) {
 /// records that fitted the page still fit after the compaction. Used where a
 /// page is compacted in place (to make room, to restore, to absorb a child).
 pub fn compact<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf]) {
-    let image = build_image(&g[..], layout, recs, GROUP_RECORDS_MAX);
+    let image = build_image(&g[..], layout, recs, GROUP_RECORDS_MAX, HeapOrder::Kept);
     g.write_diff(&image);
 }
 
-fn build_image(old: &[u8], layout: &Layout, recs: &[RecBuf], group_records: usize) -> Vec<u8> {
+fn build_image(
+    old: &[u8],
+    layout: &Layout,
+    recs: &[RecBuf],
+    group_records: usize,
+    heap_order: HeapOrder,
+) -> Vec<u8> {
     let size = old.len();
     let slots = recs.len().div_ceil(group_records);
     let bytes =
@@ -669,7 +696,9 @@ fn build_image(old: &[u8], layout: &Layout, recs: &[RecBuf], group_records: usiz
         }
     };
     let mut order: Vec<usize> = (0..recs.len()).collect();
-    order.sort_by_key(|&i| recs[i].old_offset.unwrap_or(usize::MAX));
+    if heap_order == HeapOrder::Kept {
+        order.sort_by_key(|&i| recs[i].old_offset.unwrap_or(usize::MAX));
+    }
     let mut offsets = vec![0usize; recs.len()];
     let mut pos = PAGE_HEADER_BYTES;
     for &i in &order {
@@ -806,9 +835,18 @@ pub fn insert<G: PageWrite>(g: &mut G, pr: Probe, rec: &RecBuf) -> usize {
     } else {
         &rec.key
     };
-    let mut buf = vec![0u8; RECORD_HEADER_BYTES + key.len() + rec.value.len()];
-    rec.encode_into(&mut buf, next, key);
-    g.write(off, &buf);
+    let len = RECORD_HEADER_BYTES + key.len() + rec.value.len();
+    // Most records fit a buffer on the stack.
+    let mut small = [0u8; SMALL_BUF_BYTES];
+    let mut large = Vec::new();
+    let buf = if len <= SMALL_BUF_BYTES {
+        &mut small[..len]
+    } else {
+        large.resize(len, 0);
+        &mut large[..]
+    };
+    rec.encode_into(buf, next, key);
+    g.write(off, buf);
     if pr.pred == 0 {
         write16(g, H_FIRST_RECORD, off);
     } else {
@@ -816,7 +854,7 @@ pub fn insert<G: PageWrite>(g: &mut G, pr: Probe, rec: &RecBuf) -> usize {
     }
     add_to_group(g, pr, off);
     write16(g, H_RECORD_COUNT, record_count(g) + 1);
-    write16(g, H_HEAP_TOP, off + buf.len());
+    write16(g, H_HEAP_TOP, off + len);
     write16(g, H_LAST_INSERT, off);
     let mut iflags = 0;
     if next == 0 {
@@ -858,34 +896,45 @@ fn add_to_group<G: PageWrite>(g: &mut G, pr: Probe, off: usize) {
 fn write_slots<G: PageWrite>(g: &mut G, s: usize, new: &[(usize, usize)], old_count: usize) {
     let n = slot_count(g);
     let size = g.len();
-    let all: Vec<(usize, usize)> = if new.len() == old_count {
-        new.to_vec()
+    // The slots from `s` on: `new`, then (if the count changes) the old
+    // tail after the replaced ones, shifted.
+    let shifted = if new.len() == old_count {
+        0
     } else {
-        let tail = (s + old_count..n).map(|i| slot(g, i));
-        new.iter().copied().chain(tail).collect()
+        n - (s + old_count)
     };
+    let all_len = new.len() + shifted;
     let new_n = if new.len() == old_count {
         n
     } else {
-        s + all.len()
+        s + all_len
     };
-    // Slots s..s+all.len() occupy [size - 4*(s+len), size - 4*s), highest
+    // Slots s..s+all_len occupy [size - 4*(s+len), size - 4*s), highest
     // index lowest; a shrinking directory also zeroes the slots it gave up.
     let covered = if new.len() == old_count {
-        s + all.len()
+        s + all_len
     } else {
         new_n.max(n)
     };
     let low = size - SLOT_BYTES * covered;
     let high = size - SLOT_BYTES * s;
-    let mut buf = vec![0u8; high - low];
-    for (k, (off, count)) in all.iter().enumerate() {
+    // Most changes rewrite a few slots: a buffer on the stack.
+    let mut small = [0u8; SMALL_BUF_BYTES];
+    let mut large = Vec::new();
+    let buf = if high - low <= SMALL_BUF_BYTES {
+        &mut small[..high - low]
+    } else {
+        large.resize(high - low, 0);
+        &mut large[..]
+    };
+    let tail = (s + old_count..s + old_count + shifted).map(|i| slot(g, i));
+    for (k, (off, count)) in new.iter().copied().chain(tail).enumerate() {
         let at = size - SLOT_BYTES * (s + k + 1) - low;
-        buf[at..at + 2].copy_from_slice(&(*off as u16).to_le_bytes());
-        buf[at + 2..at + 4].copy_from_slice(&(*count as u16).to_le_bytes());
+        buf[at..at + 2].copy_from_slice(&(off as u16).to_le_bytes());
+        buf[at + 2..at + 4].copy_from_slice(&(count as u16).to_le_bytes());
     }
     if !buf.is_empty() {
-        g.write(low, &buf);
+        g.write(low, buf);
     }
     if new_n != n {
         write16(g, H_SLOT_COUNT, new_n);

@@ -789,6 +789,14 @@ impl<S: PageStore> Tree<S> {
         self.free_chain(op, decode_overflow_ref(&rec.value).0)
     }
 
+    /// Frees the chain [`overflow_chain`] found, if any.
+    fn free_chain_of(&self, op: &mut OpContext, chain: Option<PageId>) -> Result<()> {
+        match chain {
+            Some(first) => self.free_chain(op, first),
+            None => Ok(()),
+        }
+    }
+
     /// Frees an overflow chain from its first page.
     fn free_chain(&self, op: &mut OpContext, first: PageId) -> Result<()> {
         let mut next = Some(first);
@@ -947,14 +955,21 @@ impl<S: PageStore> Tree<S> {
         rec: &RecBuf,
     ) -> Result<LeafOutcome> {
         let pr = page::probe(leaf, &rec.key);
-        let old = (pr.found != 0).then(|| RecBuf::read(leaf, pr.found));
+        // The replaced record: its length, its value's, and its chain.
+        let old = (pr.found != 0).then(|| {
+            (
+                page::rec_len(leaf, pr.found),
+                page::rec_value(leaf, pr.found).len(),
+                overflow_chain(leaf, pr.found),
+            )
+        });
         let limit = self.limit_bytes();
-        match &old {
-            Some(o) if o.value.len() == rec.value.len() => {
+        match old {
+            Some((_, value_len, _)) if value_len == rec.value.len() => {
                 page::overwrite_value(leaf, pr.found, rec.flags, &rec.value);
             }
-            Some(o) => {
-                if page::used_bytes(leaf) - o.len() + rec.len() + 2 * page::SLOT_BYTES > limit {
+            Some((old_len, _, _)) => {
+                if page::used_bytes(leaf) - old_len + rec.len() + 2 * page::SLOT_BYTES > limit {
                     return Ok(LeafOutcome::Full);
                 }
                 page::remove(leaf, pr);
@@ -972,8 +987,8 @@ impl<S: PageStore> Tree<S> {
         if !self.commit(leaf, op) {
             return Ok(LeafOutcome::Unfit);
         }
-        if let Some(o) = &old {
-            self.free_value(op, o)?;
+        if let Some((_, _, chain)) = old {
+            self.free_chain_of(op, chain)?;
         }
         Ok(LeafOutcome::Done(old.is_some()))
     }
@@ -1380,19 +1395,20 @@ impl<S: PageStore> Tree<S> {
         let recs = &job.recs;
         let (cuts, policy_kind) = self.cuts(old, recs, job.new_idx);
         let leaf = page::is_leaf(old);
-        let blank = Scratch::of_guard(change.held(n_id).ok_or_else(|| unreachable_err(n_id))?);
         for (k, &cut) in cuts.iter().enumerate() {
             let (l, r) = recs.split_at(cut);
+            let n = change.held(n_id).ok_or_else(|| unreachable_err(n_id))?;
             let mut rl = self.part_layout(old, r, job.new_idx.and_then(|x| x.checked_sub(cut)));
             rl.left = leaf.then_some(old.page_id());
             rl.right = rr;
-            let mut right = blank.clone();
-            page::rebuild(&mut right, &rl, &strip_offsets(r));
+            let right =
+                Scratch::from_image(n_id, page::rebuilt_image(n, &rl, r, page::HeapOrder::Key));
             let mut ll = self.part_layout(old, l, job.new_idx.filter(|&x| x < cut));
             ll.right = leaf.then_some(n_id);
-            let mut left = Scratch::of_guard(old);
-            page::rebuild(&mut left, &ll, l);
-            let n = change.held(n_id).ok_or_else(|| unreachable_err(n_id))?;
+            let left = Scratch::from_image(
+                old.page_id(),
+                page::rebuilt_image(old, &ll, l, page::HeapOrder::Kept),
+            );
             if !self.would_fit(n, &right, op)? || !self.would_fit(old, &left, op)? {
                 continue;
             }
@@ -1718,12 +1734,12 @@ impl<S: PageStore> Tree<S> {
             let len = page::rec_len(&leaf, pr.found);
             let stays_full = page::used_bytes(&leaf) - len >= self.threshold_bytes();
             if leaf.page_id() == self.root || stays_full {
-                let old = RecBuf::read(&leaf, pr.found);
+                let chain = overflow_chain(&leaf, pr.found);
                 page::remove(&mut leaf, pr);
                 let f = page::flags(&leaf) & !FLAG_GROWING;
                 page::set_flags(&mut leaf, f);
                 if self.commit(&mut leaf, op) {
-                    self.free_value(op, &old)?;
+                    self.free_chain_of(op, chain)?;
                     return Ok(true);
                 }
             }
@@ -1790,7 +1806,7 @@ impl<S: PageStore> Tree<S> {
         if pr.found == 0 {
             return Ok(Attempt::Done(false));
         }
-        let old = RecBuf::read(leaf, pr.found);
+        let chain = overflow_chain(leaf, pr.found);
         page::remove(leaf, pr);
         // A page left underfull is marked in the same commit, so that a
         // rebalance that cannot be made leaves a valid tree behind.
@@ -1824,12 +1840,12 @@ impl<S: PageStore> Tree<S> {
                 if let Some(first) = self.split_up(path, last, job, op)? {
                     return Ok(Attempt::SplitFirst(first));
                 }
-                self.free_value(op, &old)?;
+                self.free_chain_of(op, chain)?;
                 return Ok(Attempt::Done(true));
             }
         }
         self.rebalance_up(path, last, op)?;
-        self.free_value(op, &old)?;
+        self.free_chain_of(op, chain)?;
         Ok(Attempt::Done(true))
     }
 
@@ -2153,6 +2169,14 @@ fn unreachable_err(page_id: PageId) -> Error {
         page_id,
         reason: "latch path is empty".into(),
     }
+}
+
+/// The first page of the overflow chain of record `off` of leaf `p`, if
+/// its value overflowed: what removing or replacing it must free, read
+/// without copying the record.
+fn overflow_chain(p: &[u8], off: usize) -> Option<PageId> {
+    (page::rec_flags(p, off) & REC_OVERFLOW != 0)
+        .then(|| decode_overflow_ref(page::rec_value(p, off)).0)
 }
 
 pub(crate) fn decode_overflow_ref(stored: &[u8]) -> (PageId, usize) {
