@@ -208,7 +208,7 @@ impl Writer {
     fn has_changes(&self) -> bool {
         self.groups_appended > 0
             || self.ops.iter().any(|(_, op)| {
-                !op.pages.is_empty() || !op.allocated.is_empty() || !op.freed.is_empty()
+                !op.pages().is_empty() || !op.allocated.is_empty() || !op.freed.is_empty()
             })
     }
 
@@ -752,7 +752,7 @@ impl DbInner {
         let mut writer = Writer::default();
         *writer.op(&inner) = op;
         for finished in store.take_finished_ops() {
-            merge_op(writer.op(&inner), finished);
+            writer.op(&inner).append_changes(finished);
         }
         let end = self.log_ops(state, &writer).inspect_err(|e| self.fail(e))?;
         if let Some(end) = end {
@@ -978,7 +978,7 @@ impl DbInner {
         for (tree, op) in &writer.ops {
             let pool = tree.pool();
             let touched = op
-                .pages
+                .pages()
                 .iter()
                 .map(|p| p.page_id)
                 .chain(op.allocated.iter().copied())
@@ -994,7 +994,7 @@ impl DbInner {
                 imaged.insert(logged);
                 imaged_now.insert(page_id);
             }
-            for page in &op.pages {
+            for page in op.pages() {
                 if imaged_now.contains(&page.page_id) {
                     continue;
                 }
@@ -1090,13 +1090,6 @@ impl DbInner {
         self.lock.lock().take();
         result
     }
-}
-
-/// Appends `from`'s changes to `into`.
-fn merge_op(into: &mut OpContext, from: OpContext) {
-    into.pages.extend(from.pages);
-    into.allocated.extend(from.allocated);
-    into.freed.extend(from.freed);
 }
 
 /// The background thread: syncs the log under `NoSync`, runs checkpoints

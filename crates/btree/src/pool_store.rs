@@ -296,7 +296,7 @@ impl PoolStore {
     /// Gives every page `op` touched the LSN of its log record, after which
     /// the pages may be written (once the log is durable up to `lsn`).
     pub fn stamp(&self, op: &OpContext, lsn: Lsn) {
-        let pages = op.pages.iter().map(|p| p.page_id);
+        let pages = op.pages().iter().map(|p| p.page_id);
         for page_id in pages
             .chain(op.allocated.iter().copied())
             .chain(op.freed.iter().copied())
@@ -638,7 +638,7 @@ impl PageStore for PoolStore {
     }
 
     fn finish_op(&self, op: OpContext) {
-        if op.pages.is_empty() && op.allocated.is_empty() && op.freed.is_empty() {
+        if op.pages().is_empty() && op.allocated.is_empty() && op.freed.is_empty() {
             return;
         }
         match &self.mode {

@@ -93,8 +93,9 @@ struct PatchAt {
 #[derive(Debug, Default)]
 pub struct OpContext {
     /// Committed page changes, in commit order (a page may appear more than
-    /// once if it was committed more than once).
-    pub pages: Vec<PagePatches>,
+    /// once if it was committed more than once); their ranges index
+    /// `patch_list`, so only this type's methods change the two.
+    pages: Vec<PagePatches>,
     /// Pages this operation allocated.
     pub allocated: Vec<PageId>,
     /// Pages this operation freed.
@@ -116,6 +117,33 @@ impl OpContext {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Committed page changes, in commit order (a page may appear more than
+    /// once if it was committed more than once).
+    #[must_use]
+    pub fn pages(&self) -> &[PagePatches] {
+        &self.pages
+    }
+
+    /// Moves `other`'s pages (with their patches), allocated and freed
+    /// pages after this operation's own.
+    pub fn append_changes(&mut self, mut other: OpContext) {
+        let list_base = self.patch_list.len();
+        let bytes_base = self.patch_bytes.len();
+        self.patch_list
+            .extend(other.patch_list.iter().map(|p| PatchAt {
+                start: p.start + bytes_base,
+                ..*p
+            }));
+        self.patch_bytes.append(&mut other.patch_bytes);
+        self.pages
+            .extend(other.pages.into_iter().map(|page| PagePatches {
+                page_id: page.page_id,
+                patches: page.patches.start + list_base..page.patches.end + list_base,
+            }));
+        self.allocated.append(&mut other.allocated);
+        self.freed.append(&mut other.freed);
     }
 
     /// Records a commit of `page_id` that made `patches` (offset, new
@@ -858,7 +886,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn patches_of(op: &OpContext, i: usize) -> Vec<(u32, Vec<u8>)> {
-        op.patches(&op.pages[i])
+        op.patches(&op.pages()[i])
             .map(|(offset, bytes)| (offset, bytes.to_vec()))
             .collect()
     }
@@ -877,7 +905,7 @@ mod tests {
         assert_eq!(op.patch_bytes(), 10);
 
         op.forget_last_commit();
-        assert_eq!(op.pages.len(), 2);
+        assert_eq!(op.pages().len(), 2);
         assert_eq!(op.patch_bytes(), 8);
         op.commit_page(PageId(5), [(50, &b"k"[..])]);
         assert_eq!(patches_of(&op, 1), [(30, b"efgh".to_vec())]);
@@ -886,15 +914,29 @@ mod tests {
         let mut logged = OpContext::new();
         op.allocated.push(PageId(5));
         op.move_logged_to(&mut logged);
-        assert!(op.pages.is_empty() && op.allocated.is_empty());
+        assert!(op.pages().is_empty() && op.allocated.is_empty());
         assert_eq!(op.patch_bytes(), 0);
-        let ids: Vec<_> = logged.pages.iter().map(|p| p.page_id).collect();
+        let ids: Vec<_> = logged.pages().iter().map(|p| p.page_id).collect();
         assert_eq!(ids, [PageId(3), PageId(4), PageId(5)]);
-        assert!(logged.pages.iter().all(|p| p.patch_count() == 0));
+        assert!(logged.pages().iter().all(|p| p.patch_count() == 0));
         assert_eq!(logged.allocated, [PageId(5)]);
         // The emptied operation records new commits from a clean buffer.
         op.commit_page(PageId(6), [(60, &b"lm"[..])]);
         assert_eq!(patches_of(&op, 0), [(60, b"lm".to_vec())]);
+
+        // Appended changes keep their own patches after the receiver's.
+        let mut other = OpContext::new();
+        other.commit_page(PageId(7), [(70, &b"no"[..]), (80, &b"pqr"[..])]);
+        other.freed.push(PageId(8));
+        op.append_changes(other);
+        assert_eq!(op.pages().len(), 2);
+        assert_eq!(patches_of(&op, 0), [(60, b"lm".to_vec())]);
+        assert_eq!(
+            patches_of(&op, 1),
+            [(70, b"no".to_vec()), (80, b"pqr".to_vec())]
+        );
+        assert_eq!(op.freed, [PageId(8)]);
+        assert_eq!(op.patch_bytes(), 7);
     }
 
     /// The byte-at-a-time scan `diff_runs` replaced: the same runs.

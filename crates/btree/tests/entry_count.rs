@@ -117,7 +117,7 @@ fn one_context_changes_the_count_once_when_it_settles() {
     assert!(tree.delete_in(&mut op, &7u32.to_be_bytes()).unwrap());
     assert_eq!(op.entry_delta, 299);
     let meta_changes = |op: &OpContext| {
-        op.pages
+        op.pages()
             .iter()
             .filter(|p| p.page_id == META_PAGE_ID && p.patch_count() > 0)
             .count()
@@ -192,7 +192,7 @@ fn a_version_1_meta_page_is_counted_once_then_kept() {
     // The upgrade: counted once, stored as an ordinary patch.
     let mut op = OpContext::new();
     assert_eq!(tree.recount_in(&mut op).unwrap(), 3099);
-    assert!(op.pages.iter().any(|p| p.page_id == META_PAGE_ID));
+    assert!(op.pages().iter().any(|p| p.page_id == META_PAGE_ID));
     store.finish_op(op);
     assert_eq!(store.entry_count().unwrap(), Some(3099));
     tree.insert(b"after", b"upgrade").unwrap();
