@@ -39,8 +39,7 @@ pub const GROUP_RECORDS_MAX: usize = 8;
 /// An insert splits a group that grows above this many records (into
 /// halves): groups of 2 to 4, so that a lookup walks few records.
 const GROUP_RECORDS_SPLIT: usize = 4;
-/// Bytes of the stack buffers the page functions encode small writes in
-/// (a record, a few directory slots) instead of allocating.
+/// Bytes of the stack buffer [`with_scratch`] lends.
 const SMALL_BUF_BYTES: usize = 512;
 /// Records per group when a page is rebuilt, leaving room to grow before the
 /// next group split.
@@ -747,6 +746,17 @@ fn build_image(
     img
 }
 
+/// Runs `f` on `len` zeroed bytes: on the stack when they are few (most
+/// records, a few directory slots), else allocated.
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    if len <= SMALL_BUF_BYTES {
+        let mut small = [0u8; SMALL_BUF_BYTES];
+        f(&mut small[..len])
+    } else {
+        f(&mut vec![0u8; len])
+    }
+}
+
 fn put16(img: &mut [u8], off: usize, v: usize) {
     img[off..off + 2].copy_from_slice(&(v as u16).to_le_bytes());
 }
@@ -836,17 +846,10 @@ pub fn insert<G: PageWrite>(g: &mut G, pr: Probe, rec: &RecBuf) -> usize {
         &rec.key
     };
     let len = RECORD_HEADER_BYTES + key.len() + rec.value.len();
-    // Most records fit a buffer on the stack.
-    let mut small = [0u8; SMALL_BUF_BYTES];
-    let mut large = Vec::new();
-    let buf = if len <= SMALL_BUF_BYTES {
-        &mut small[..len]
-    } else {
-        large.resize(len, 0);
-        &mut large[..]
-    };
-    rec.encode_into(buf, next, key);
-    g.write(off, buf);
+    with_scratch(len, |buf| {
+        rec.encode_into(buf, next, key);
+        g.write(off, buf);
+    });
     if pr.pred == 0 {
         write16(g, H_FIRST_RECORD, off);
     } else {
@@ -918,23 +921,16 @@ fn write_slots<G: PageWrite>(g: &mut G, s: usize, new: &[(usize, usize)], old_co
     };
     let low = size - SLOT_BYTES * covered;
     let high = size - SLOT_BYTES * s;
-    // Most changes rewrite a few slots: a buffer on the stack.
-    let mut small = [0u8; SMALL_BUF_BYTES];
-    let mut large = Vec::new();
-    let buf = if high - low <= SMALL_BUF_BYTES {
-        &mut small[..high - low]
-    } else {
-        large.resize(high - low, 0);
-        &mut large[..]
-    };
-    let tail = (s + old_count..s + old_count + shifted).map(|i| slot(g, i));
-    for (k, (off, count)) in new.iter().copied().chain(tail).enumerate() {
-        let at = size - SLOT_BYTES * (s + k + 1) - low;
-        buf[at..at + 2].copy_from_slice(&(off as u16).to_le_bytes());
-        buf[at + 2..at + 4].copy_from_slice(&(count as u16).to_le_bytes());
-    }
-    if !buf.is_empty() {
-        g.write(low, buf);
+    if high > low {
+        with_scratch(high - low, |buf| {
+            let tail = (s + old_count..s + old_count + shifted).map(|i| slot(g, i));
+            for (k, (off, count)) in new.iter().copied().chain(tail).enumerate() {
+                let at = size - SLOT_BYTES * (s + k + 1) - low;
+                buf[at..at + 2].copy_from_slice(&(off as u16).to_le_bytes());
+                buf[at + 2..at + 4].copy_from_slice(&(count as u16).to_le_bytes());
+            }
+            g.write(low, buf);
+        });
     }
     if new_n != n {
         write16(g, H_SLOT_COUNT, new_n);
