@@ -4,6 +4,7 @@
 //! written and committed. A change that does not fit is abandoned with
 //! nothing written (pages it allocated are freed again).
 
+use crate::page::{self, HeapOrder, Layout, RecBuf};
 use crate::store::{Fit, OpContext, PageStore, PageWrite};
 use barracuda_codec::PageId;
 use std::ops::Deref;
@@ -25,10 +26,18 @@ impl Scratch {
         }
     }
 
-    /// An image built elsewhere ([`crate::page::rebuilt_image`]) for page
-    /// `page_id`.
-    pub(crate) fn from_image(page_id: PageId, bytes: Vec<u8>) -> Self {
-        Self { page_id, bytes }
+    /// The image [`page::rebuild`] would give the page `g` holds, built
+    /// directly rather than rebuilt into a copy of the page.
+    pub(crate) fn rebuilt<G: PageWrite>(
+        g: &G,
+        layout: &Layout,
+        recs: &[RecBuf],
+        order: HeapOrder,
+    ) -> Self {
+        Self {
+            page_id: g.page_id(),
+            bytes: page::rebuilt_image(g, layout, recs, order),
+        }
     }
 
     /// A copy of the page a guard holds.

@@ -638,8 +638,8 @@ impl Layout {
 /// Rebuilds the page from `recs` (key order), compacting the heap but keeping
 /// records in their old heap order so unchanged records mostly stay in place,
 /// and writes only the differing bytes. Keeps the page LSN.
-pub fn rebuild<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf]) {
-    let image = build_image(&g[..], layout, recs, GROUP_RECORDS_BUILD, HeapOrder::Kept);
+pub fn rebuild<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf], order: HeapOrder) {
+    let image = build_image(&g[..], layout, recs, GROUP_RECORDS_BUILD, order);
     g.write_diff(&image);
 }
 
@@ -665,8 +665,8 @@ pub fn rebuilt_image(old: &[u8], layout: &Layout, recs: &[RecBuf], order: HeapOr
 /// directory is never larger than any valid directory of the same records:
 /// records that fitted the page still fit after the compaction. Used where a
 /// page is compacted in place (to make room, to restore, to absorb a child).
-pub fn compact<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf]) {
-    let image = build_image(&g[..], layout, recs, GROUP_RECORDS_MAX, HeapOrder::Kept);
+pub fn compact<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf], order: HeapOrder) {
+    let image = build_image(&g[..], layout, recs, GROUP_RECORDS_MAX, order);
     g.write_diff(&image);
 }
 
@@ -812,14 +812,7 @@ fn make_room<G: PageWrite>(g: &mut G, len: usize) -> bool {
     layout.last_insert = recs.iter().position(|r| r.old_offset == Some(last));
     layout.insert_flags = insert_flags(g);
     // Compact fully: order by key, forgetting old positions.
-    let recs: Vec<RecBuf> = recs
-        .into_iter()
-        .map(|r| RecBuf {
-            old_offset: None,
-            ..r
-        })
-        .collect();
-    compact(g, &layout, &recs);
+    compact(g, &layout, &recs, HeapOrder::Key);
     true
 }
 

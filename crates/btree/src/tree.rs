@@ -288,15 +288,6 @@ fn fraction_cut(recs: &[RecBuf], num: usize, den: usize) -> usize {
         .unwrap_or(1)
 }
 
-fn strip_offsets(recs: &[RecBuf]) -> Vec<RecBuf> {
-    recs.iter()
-        .map(|r| RecBuf {
-            old_offset: None,
-            ..r.clone()
-        })
-        .collect()
-}
-
 /// Keys whose leaves [`Tree::prefetch_leaves`] reads ahead before it
 /// decides whether the rest are worth the descents.
 pub const PREFETCH_SAMPLE_KEYS: usize = 8;
@@ -316,7 +307,7 @@ impl<S: PageStore> Tree<S> {
                 last_insert: None,
                 insert_flags: 0,
             };
-            page::rebuild(&mut g, &layout, &[]);
+            page::rebuild(&mut g, &layout, &[], page::HeapOrder::Kept);
             if g.commit(&mut op) != Fit::Fits {
                 return Err(Error::CompressionUnfit {
                     page_id: g.page_id(),
@@ -783,10 +774,8 @@ impl<S: PageStore> Tree<S> {
 
     /// Frees the overflow chain of a record that was removed or replaced.
     fn free_value(&self, op: &mut OpContext, rec: &RecBuf) -> Result<()> {
-        if rec.flags & REC_OVERFLOW == 0 {
-            return Ok(());
-        }
-        self.free_chain(op, decode_overflow_ref(&rec.value).0)
+        let chain = (rec.flags & REC_OVERFLOW != 0).then(|| decode_overflow_ref(&rec.value).0);
+        self.free_chain_of(op, chain)
     }
 
     /// Frees the chain [`overflow_chain`] found, if any.
@@ -1401,14 +1390,10 @@ impl<S: PageStore> Tree<S> {
             let mut rl = self.part_layout(old, r, job.new_idx.and_then(|x| x.checked_sub(cut)));
             rl.left = leaf.then_some(old.page_id());
             rl.right = rr;
-            let right =
-                Scratch::from_image(n_id, page::rebuilt_image(n, &rl, r, page::HeapOrder::Key));
+            let right = Scratch::rebuilt(n, &rl, r, page::HeapOrder::Key);
             let mut ll = self.part_layout(old, l, job.new_idx.filter(|&x| x < cut));
             ll.right = leaf.then_some(n_id);
-            let left = Scratch::from_image(
-                old.page_id(),
-                page::rebuilt_image(old, &ll, l, page::HeapOrder::Kept),
-            );
+            let left = Scratch::rebuilt(old, &ll, l, page::HeapOrder::Kept);
             if !self.would_fit(n, &right, op)? || !self.would_fit(old, &left, op)? {
                 continue;
             }
@@ -1550,11 +1535,9 @@ impl<S: PageStore> Tree<S> {
         let leaf = page::is_leaf(root);
         let level = page::level(root);
         let mut ids = [root.page_id(); 2];
-        let mut blanks = Vec::with_capacity(2);
         for id in &mut ids {
             let g = self.store.allocate(op)?;
             *id = g.page_id();
-            blanks.push(Scratch::of_guard(&g));
             change.allocated.push(*id);
             change.held.push(g);
         }
@@ -1567,19 +1550,16 @@ impl<S: PageStore> Tree<S> {
             let mut rl = self.part_layout(root, r, job.new_idx.and_then(|x| x.checked_sub(cut)));
             rl.left = leaf.then_some(l_id);
             rl.right = None;
-            let mut left = blanks[0].clone();
-            page::rebuild(&mut left, &ll, &strip_offsets(l));
-            let mut right = blanks[1].clone();
-            page::rebuild(&mut right, &rl, &strip_offsets(r));
+            let lg = change.held(l_id).ok_or_else(|| unreachable_err(l_id))?;
+            let rg = change.held(r_id).ok_or_else(|| unreachable_err(r_id))?;
+            let left = Scratch::rebuilt(lg, &ll, l, page::HeapOrder::Key);
+            let right = Scratch::rebuilt(rg, &rl, r, page::HeapOrder::Key);
             let top = [
                 RecBuf::child(Vec::new(), l_id),
                 RecBuf::child(r[0].key.clone(), r_id),
             ];
             let layout = Layout::new_root(level + 1);
-            let mut top_image = Scratch::of_guard(root);
-            page::rebuild(&mut top_image, &layout, &top);
-            let lg = change.held(l_id).ok_or_else(|| unreachable_err(l_id))?;
-            let rg = change.held(r_id).ok_or_else(|| unreachable_err(r_id))?;
+            let top_image = Scratch::rebuilt(root, &layout, &top, page::HeapOrder::Kept);
             if !self.would_fit(lg, &left, op)?
                 || !self.would_fit(rg, &right, op)?
                 || !self.would_fit(root, &top_image, op)?
@@ -1623,8 +1603,7 @@ impl<S: PageStore> Tree<S> {
         let mut top: Vec<RecBuf> = packed.separators(&run);
         top[0].key.clear();
         let layout = Layout::new_root(page::level(root) + 1);
-        let mut top_image = Scratch::of_guard(root);
-        page::rebuild(&mut top_image, &layout, &top);
+        let top_image = Scratch::rebuilt(root, &layout, &top, page::HeapOrder::Kept);
         if !self.would_fit(root, &top_image, op)? {
             return Ok(None);
         }
@@ -1828,7 +1807,7 @@ impl<S: PageStore> Tree<S> {
                 .collect();
             let mut layout = page::layout_of(leaf);
             layout.flags = flags;
-            page::compact(leaf, &layout, &strip_offsets(&recs));
+            page::compact(leaf, &layout, &recs, page::HeapOrder::Key);
             if !self.commit(leaf, op) {
                 // Not even the compact page fits its block: split it, as an
                 // insert would (nothing is committed if that fails too).
@@ -1936,7 +1915,12 @@ impl<S: PageStore> Tree<S> {
         let parent_was_growing = page::flags(parent) & FLAG_GROWING != 0;
         let sep_key = page::rec_key(parent, children[right_pos].0).to_vec();
         let mut recs = page::read_all(&left);
-        let mut right_recs = strip_offsets(&page::read_all(&right));
+        // The right page's records are new to the left one: after its own,
+        // in key order.
+        let mut right_recs = page::read_all(&right);
+        for r in &mut right_recs {
+            r.old_offset = None;
+        }
         if let Some(first) = right_recs.first_mut()
             && !page::is_leaf(&right)
         {
@@ -1995,8 +1979,7 @@ impl<S: PageStore> Tree<S> {
         } else {
             0
         };
-        let mut left_image = Scratch::of_guard(left);
-        page::rebuild(&mut left_image, &layout, pair.recs);
+        let left_image = Scratch::rebuilt(left, &layout, pair.recs, page::HeapOrder::Kept);
         if !self.would_fit(left, &left_image, op)? {
             return Ok(false);
         }
@@ -2046,16 +2029,15 @@ impl<S: PageStore> Tree<S> {
             return Ok(false);
         }
         let (l, r) = recs.split_at(cut);
-        let mut images = [Scratch::of_guard(left), Scratch::of_guard(right)];
-        for (image, part) in images.iter_mut().zip([l, r]) {
-            let mut layout = page::layout_of(image);
+        let images = [(left, l), (right, r)].map(|(g, part)| {
+            let mut layout = page::layout_of(g);
             layout.flags = if page::image_bytes(part) < self.threshold_bytes() {
                 FLAG_GROWING
             } else {
                 0
             };
-            page::rebuild(image, &layout, part);
-        }
+            Scratch::rebuilt(g, &layout, part, page::HeapOrder::Kept)
+        });
         let mut parent_image = Scratch::of_guard(parent);
         page::remove(&mut parent_image, pr);
         let pr = page::probe(&parent_image, &new_sep.key);
@@ -2082,12 +2064,12 @@ impl<S: PageStore> Tree<S> {
         while !page::is_leaf(root) && page::record_count(root) == 1 {
             let child_id = page::rec_child(root, page::first_record(root));
             let child = self.store.fix_exclusive(child_id)?;
-            let recs = strip_offsets(&page::read_all(&child));
+            let recs = page::read_all(&child);
             let mut layout = page::layout_of(&child);
             layout.flags = 0;
             layout.left = None;
             layout.right = None;
-            page::compact(root, &layout, &recs);
+            page::compact(root, &layout, &recs, page::HeapOrder::Key);
             if !self.commit(root, op) {
                 return Ok(());
             }

@@ -27,7 +27,7 @@
 //! Everything here stages images and asks `would_fit`; nothing is written
 //! until the whole change is known to fit.
 
-use super::{SplitKind, Tree, strip_offsets, unreachable_err};
+use super::{SplitKind, Tree, unreachable_err};
 use crate::change::{Change, Scratch};
 use crate::error::Result;
 use crate::page::{self, PAGE_HEADER_BYTES, RecBuf};
@@ -231,7 +231,10 @@ impl<S: PageStore> Tree<S> {
                 if from_here {
                     r.clone()
                 } else {
-                    strip_offsets(std::slice::from_ref(r)).remove(0)
+                    RecBuf {
+                        old_offset: None,
+                        ..r.clone()
+                    }
                 }
             })
             .collect();
@@ -246,9 +249,7 @@ impl<S: PageStore> Tree<S> {
         let right = pages.get(i + 1).copied().or(run.right_end);
         layout.left = left.filter(|_| leaf);
         layout.right = right.filter(|_| leaf);
-        let mut image = Scratch::of_guard(g);
-        page::rebuild(&mut image, &layout, &part);
-        image
+        Scratch::rebuilt(g, &layout, &part, page::HeapOrder::Kept)
     }
 
     /// Cut points found greedily: for each page, the largest prefix of the
@@ -278,9 +279,8 @@ impl<S: PageStore> Tree<S> {
                 return Ok(false);
             }
             let g = change.held(probe).ok_or_else(|| unreachable_err(probe))?;
-            let mut image = Scratch::of_guard(g);
-            let layout = self.part_layout(template, &strip_offsets(part), None);
-            page::rebuild(&mut image, &layout, &strip_offsets(part));
+            let layout = self.part_layout(template, part, None);
+            let image = Scratch::rebuilt(g, &layout, part, page::HeapOrder::Key);
             self.would_fit(g, &image, op)
         };
         let mut bounds = vec![0];
