@@ -925,7 +925,7 @@ impl DbInner {
                 return Ok(state);
             }
             drop(state);
-            self.checkpoint()?;
+            self.checkpoint_for_room(log_bytes)?;
         }
     }
 
@@ -1014,6 +1014,23 @@ impl DbInner {
     /// See the module documentation.
     pub(crate) fn checkpoint(&self) -> Result<()> {
         let _checkpointing = self.checkpoint_lock.lock();
+        self.checkpoint_with_lock_held()
+    }
+
+    /// A checkpoint that makes room for `log_bytes`, unless one that ran
+    /// while this caller waited for the checkpoint lock (the background
+    /// thread's) already made it: a writer short of room waits for the
+    /// running checkpoint rather than running a second one after it.
+    fn checkpoint_for_room(&self, log_bytes: usize) -> Result<()> {
+        let _checkpointing = self.checkpoint_lock.lock();
+        if self.log_has_room(log_bytes) {
+            return Ok(());
+        }
+        self.checkpoint_with_lock_held()
+    }
+
+    /// [`DbInner::checkpoint`], with the checkpoint lock held.
+    fn checkpoint_with_lock_held(&self) -> Result<()> {
         let target = {
             let mut state = self.write.lock();
             state.imaged.clear();
@@ -1045,7 +1062,7 @@ impl DbInner {
     fn flush_tree_before(&self, tree: &TreeInner, target: Lsn) -> Result<()> {
         let pool = tree.pool();
         loop {
-            pool.flush_some(usize::MAX)?;
+            pool.flush_through(target)?;
             match pool.oldest_dirty_lsn() {
                 None => break,
                 Some(oldest) if oldest > target => break,
@@ -1075,7 +1092,8 @@ impl DbInner {
         if let Some(handle) = self.background.lock().take() {
             let _ = handle.join();
         }
-        let result = if self.failure.lock().is_some() {
+        let failed = self.failure.lock().is_some();
+        let result = if failed {
             // Memory may hold changes the log does not: write nothing more.
             Ok(())
         } else {
@@ -1087,6 +1105,17 @@ impl DbInner {
         for tree in self.trees.read().iter() {
             tree.load().cleaner.lock().take();
         }
+        // Nor the zeros its data files hold ahead of their pages
+        // (`barracuda_pool::FileService`).
+        let result = result.and_then(|()| {
+            if failed {
+                return Ok(());
+            }
+            self.trees
+                .read()
+                .iter()
+                .try_for_each(|tree| tree.load().pool().trim_file().map_err(Error::from))
+        });
         self.lock.lock().take();
         result
     }

@@ -530,6 +530,48 @@ fn a_closed_database_keeps_no_log_ring() {
     db.check().unwrap();
 }
 
+/// A tree's data file is written with zeros ahead of its pages (a MiB at a
+/// time, so a page write overwrites blocks the file system has allocated,
+/// instead of extending the file), and a clean close cuts the zeros off.
+#[test]
+fn a_data_file_holds_zeros_ahead_of_its_pages_only_while_open() {
+    let dir = tempdir();
+    let data_file = || {
+        let mut files: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "bdb"))
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        files.pop().unwrap()
+    };
+    let db = small().open(dir.path()).unwrap();
+    let tree = db.tree("t").unwrap();
+    for i in 0..2_000 {
+        tree.put(&key(i), &[7; 100]).unwrap();
+    }
+    db.checkpoint().unwrap();
+    let open_len = tree.file_bytes().unwrap();
+    assert!(
+        open_len > 0 && open_len.is_multiple_of(1 << 20),
+        "{open_len} bytes while open"
+    );
+    db.close().unwrap();
+    let closed_len = std::fs::metadata(data_file()).unwrap().len();
+    assert!(
+        closed_len < open_len && closed_len.is_multiple_of(4096),
+        "{closed_len} bytes closed, {open_len} open"
+    );
+    let db = small().open(dir.path()).unwrap();
+    let tree = db.tree("t").unwrap();
+    assert_eq!(tree.len().unwrap(), 2_000);
+    assert_eq!(
+        tree.get(&key(1_999)).unwrap().as_deref(),
+        Some(&[7; 100][..])
+    );
+    db.check().unwrap();
+}
+
 /// A fresh log ring grows with the log: the log writes zeros a few MiB ahead
 /// of itself, so that its syncs do not allocate blocks one commit at a time.
 /// Checked through the blocks the file system allocated for `wal.log`.

@@ -225,6 +225,7 @@ impl DbInner {
         }
         new.tree.store().check_invariants()?;
         self.checkpoint_locked(state, &[new])?;
+        new.pool().trim_file()?;
         Ok(Some(copied))
     }
 

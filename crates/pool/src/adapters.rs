@@ -156,10 +156,39 @@ thread_local! {
 /// aligned go straight to the file (the pool's arena is 4096-aligned, so
 /// blocks of 4 KiB and up always are); others go through a per-thread
 /// aligned bounce buffer.
+///
+/// The file is written with zeros ahead of its pages, [`EXTEND_BYTES`] at
+/// a time, so that a page write overwrites blocks the filesystem has
+/// already allocated: on ext4 an `O_DIRECT` write past the end (or into a
+/// hole) allocates blocks and changes the length under the inode's
+/// exclusive lock, which io_uring cannot do without blocking, so it hands
+/// the write to a kernel worker and the file's other writes wait behind
+/// it. [`PageFile::trim`] cuts the zeros off again (at close).
 pub struct FileService {
     file: Arc<dyn BlockFile>,
     queue_depth: usize,
+    /// What the file holds, read from it at the first write.
+    extent: Mutex<Option<Extent>>,
 }
+
+/// How far a [`FileService`]'s file holds pages and, past them, zeros.
+#[derive(Clone, Copy, Debug)]
+struct Extent {
+    /// The end of the last unit a page write reached (or the file's length
+    /// when it was opened): what [`PageFile::trim`] keeps.
+    pages_end: u64,
+    /// The file's length: zeros from `pages_end` to here.
+    len: u64,
+    /// Writing zeros failed once: `len` is no longer known (a page write
+    /// may have extended the file past it since), so no more zeros are
+    /// written, which could land on such a page.
+    zeros_failed: bool,
+}
+
+/// How much a [`FileService`] extends its file by, with zeros, when a page
+/// write would end past it. Large enough that the extending write is rare
+/// and sequential, small enough to be no matter in the file's size.
+pub const EXTEND_BYTES: u64 = 1 << 20;
 
 /// Batch size of a [`FileService`] unless told otherwise: `barracuda-io`'s
 /// default `queue_depth`, so one batch fills each ring once.
@@ -171,6 +200,7 @@ impl FileService {
         Self {
             file,
             queue_depth: FILE_QUEUE_DEPTH_DEFAULT,
+            extent: Mutex::new(None),
         }
     }
 
@@ -184,6 +214,54 @@ impl FileService {
     /// The wrapped file.
     pub fn file(&self) -> &Arc<dyn BlockFile> {
         &self.file
+    }
+
+    fn extent(&self, extent: &mut Option<Extent>) -> Result<Extent> {
+        if let Some(known) = *extent {
+            return Ok(known);
+        }
+        let len = self.file.len().map_err(|source| PoolError::File {
+            operation: "len",
+            offset_bytes: 0,
+            source,
+        })?;
+        let known = Extent {
+            pages_end: len,
+            len,
+            zeros_failed: false,
+        };
+        *extent = Some(known);
+        Ok(known)
+    }
+
+    /// Records page writes ending at `end_bytes`, and makes the file reach
+    /// past it first: zeros from its end to the next multiple of
+    /// [`EXTEND_BYTES`] at or after `end_bytes`, in sequential writes of
+    /// up to that size. Every page write is below the file's end when it
+    /// starts, and zeros go only past it, so none lands on a page. If the
+    /// zeros cannot be written, page writes extend the file themselves from
+    /// then on (and report their own errors): this is only for speed.
+    fn prepare(&self, end_bytes: u64) {
+        let mut guard = self.extent.lock();
+        let Ok(mut extent) = self.extent(&mut guard) else {
+            return;
+        };
+        extent.pages_end = extent.pages_end.max(end_bytes);
+        if end_bytes > extent.len && !extent.zeros_failed {
+            let target = end_bytes.next_multiple_of(EXTEND_BYTES);
+            let zeros = AlignedBuf::zeroed(EXTEND_BYTES as usize, self.file.alignment().mem_bytes);
+            while extent.len < target {
+                let at = extent.len;
+                let len = (target - at).min(EXTEND_BYTES - at % EXTEND_BYTES);
+                if let Err(e) = self.file.write_at(at, &zeros[..len as usize]) {
+                    tracing::warn!("writing zeros ahead of the pages failed: {e}");
+                    extent.zeros_failed = true;
+                    break;
+                }
+                extent.len += len;
+            }
+        }
+        *guard = Some(extent);
     }
 
     fn aligned(&self, offset_bytes: u64, buf: &[u8]) -> bool {
@@ -234,6 +312,7 @@ impl PageFile for FileService {
             offset_bytes: offset,
             source,
         };
+        self.prepare(offset + buf.len() as u64);
         if self.aligned(offset, buf) {
             return self.file.write_at(offset, buf).map_err(error);
         }
@@ -251,6 +330,28 @@ impl PageFile for FileService {
         })
     }
 
+    fn trim(&self) -> Result<()> {
+        let mut guard = self.extent.lock();
+        let Some(mut extent) = *guard else {
+            return Ok(());
+        };
+        let error = |operation, source| PoolError::File {
+            operation,
+            offset_bytes: extent.pages_end,
+            source,
+        };
+        let len = self.file.len().map_err(|e| error("len", e))?;
+        if len > extent.pages_end {
+            self.file
+                .set_len(extent.pages_end)
+                .map_err(|e| error("set_len", e))?;
+            self.file.sync_data().map_err(|e| error("sync", e))?;
+        }
+        extent.len = extent.pages_end;
+        *guard = Some(extent);
+        Ok(())
+    }
+
     fn queue_depth(&self) -> usize {
         self.queue_depth
     }
@@ -265,6 +366,12 @@ impl PageFile for FileService {
 
     fn write_batch(&self, requests: Vec<IoRequest>) -> Vec<(u64, Result<()>)> {
         let count = requests.len();
+        let end = requests
+            .iter()
+            .map(|r| r.offset_bytes + r.buf.len() as u64)
+            .max()
+            .unwrap_or(0);
+        self.prepare(end);
         let done: Vec<(u64, Result<()>)> = self
             .file
             .submit_and_wait(requests)

@@ -75,6 +75,13 @@ pub trait PageFile: Send + Sync {
     /// Makes every write that returned durable.
     fn sync_data(&self) -> Result<()>;
 
+    /// Gives back what the file holds past its last page (zeros written
+    /// ahead of the pages), and syncs the new length. Call it with no page
+    /// write running. The default holds nothing extra.
+    fn trim(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// How many requests of one batch the file layer runs at once: the pool
     /// writes at most this many pages per batch.
     fn queue_depth(&self) -> usize {

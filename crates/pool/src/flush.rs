@@ -165,12 +165,28 @@ impl BufferPool {
     /// once into an aligned buffer under its shared latch, which is released
     /// before the I/O. Returns the number written.
     pub fn flush_some(&self, page_count_max: usize) -> Result<usize> {
+        self.flush_oldest(page_count_max, Lsn(u64::MAX))
+    }
+
+    /// Writes the dirty pages whose oldest modification is at or before
+    /// `target` (what a checkpoint at `target` needs), oldest first, as
+    /// [`BufferPool::flush_some`] does; pages first changed after `target`
+    /// are left for later, so a checkpoint does not chase the writers that
+    /// keep changing pages while it runs. Returns the number written.
+    pub fn flush_through(&self, target: Lsn) -> Result<usize> {
+        self.flush_oldest(usize::MAX, target)
+    }
+
+    /// Writes up to `page_count_max` dirty pages whose oldest modification
+    /// is at or before `through`, oldest first.
+    fn flush_oldest(&self, page_count_max: usize, through: Lsn) -> Result<usize> {
         let depth = self.services.file.queue_depth().max(1);
         let mut written = 0;
         let mut skipped = 0;
         while written < page_count_max {
             let batch_max = depth.min(page_count_max - written);
-            let (requests, versions, copy_error) = self.copy_batch(batch_max, &mut skipped);
+            let (requests, versions, copy_error) =
+                self.copy_batch(batch_max, through, &mut skipped);
             if requests.is_empty() {
                 return copy_error.map_or(Ok(written), Err);
             }
@@ -201,12 +217,13 @@ impl BufferPool {
     fn copy_batch(
         &self,
         batch_max: usize,
+        through: Lsn,
         skipped: &mut usize,
     ) -> (Vec<IoRequest>, Vec<(u32, u64)>, Option<crate::PoolError>) {
         let mut requests = Vec::with_capacity(batch_max);
         let mut versions = Vec::with_capacity(batch_max);
         while requests.len() < batch_max {
-            let Some(d) = self.pin_flush_candidate(*skipped) else {
+            let Some(d) = self.pin_flush_candidate(*skipped, through) else {
                 break;
             };
             let desc = &self.descs[d as usize];
@@ -227,15 +244,21 @@ impl BufferPool {
         (requests, versions, None)
     }
 
-    /// Pins the `skip`-th oldest dirty page whose changes are durable and
-    /// that no flusher is writing.
-    fn pin_flush_candidate(&self, skip: usize) -> Option<u32> {
+    /// Pins the `skip`-th oldest dirty page whose changes are durable, that
+    /// no flusher is writing, and whose oldest change is at or before
+    /// `through`.
+    fn pin_flush_candidate(&self, skip: usize, through: Lsn) -> Option<u32> {
         let durable = self.services.durable_lsn.durable_lsn();
         let inner = self.inner.lock();
         let mut d = inner.flush.tail();
         let mut to_skip = skip;
         while d != NIL {
             let dirty = inner.dirty[d as usize];
+            if dirty.oldest > through {
+                // The list is in oldest-change order: all the rest are
+                // newer.
+                return None;
+            }
             if !dirty.writing && self.durable_at(dirty.newest, durable) {
                 if to_skip == 0 {
                     let page_id = self.descs[d as usize].page_id();
@@ -257,6 +280,15 @@ impl BufferPool {
         let written = self.flush_some(usize::MAX)?;
         self.services.file.sync_data()?;
         Ok(written)
+    }
+
+    /// Gives back what the data file holds past its last page: the zeros
+    /// the file layer writes ahead of new pages ([`PageFile::trim`]). For
+    /// a clean close and the end of a compaction, when no page is dirty.
+    ///
+    /// [`PageFile::trim`]: crate::PageFile::trim
+    pub fn trim_file(&self) -> Result<()> {
+        self.services.file.trim()
     }
 
     /// Number of dirty pages.

@@ -66,7 +66,7 @@ mod status;
 mod table;
 pub mod testing;
 
-pub use adapters::{CodecService, FILE_QUEUE_DEPTH_DEFAULT, FileService};
+pub use adapters::{CodecService, EXTEND_BYTES, FILE_QUEUE_DEPTH_DEFAULT, FileService};
 pub use backend::{
     AppendOutcome, CompressOutcome, DurableLsn, PageCodec, PageFile, UNIT_ALIGNMENT_BYTES_DEFAULT,
 };

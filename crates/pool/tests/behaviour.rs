@@ -10,6 +10,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use barracuda_codec::{BlockSize, Codec, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
+use barracuda_io::BlockFile;
 use barracuda_pool::testing::{MemoryFile, SimpleCodec};
 use barracuda_pool::{
     Access, BufferPool, CodecService, CommitOutcome, EvictionPolicy, FileService, ManualClock,
@@ -502,5 +503,68 @@ fn a_guard_dropped_uncommitted_leaves_nothing_to_the_next_guard() {
     assert_eq!(&a[100..104], b"kept");
     assert_eq!(&a[200..208], &[0; 8]);
     drop(a);
+    pool.check_invariants();
+}
+
+#[test]
+fn a_flush_through_a_target_leaves_pages_first_changed_after_it() {
+    let file = Arc::new(MemoryFile::default());
+    let durable = Arc::new(AtomicU64::new(u64::MAX));
+    let pool = simple_pool(PageFormat::Uncompressed, 8, file.clone(), durable, None);
+    for (page, lsn) in [(1, 10), (2, 20), (3, 30), (4, 40)] {
+        let mut guard = pool.create(PageId(page)).unwrap();
+        guard.write(100, b"changed").unwrap();
+        guard.commit(Lsn(lsn)).unwrap();
+    }
+    assert_eq!(pool.flush_through(Lsn(20)).unwrap(), 2, "pages 1 and 2");
+    assert_eq!(pool.oldest_dirty_lsn(), Some(Lsn(30)));
+    assert_eq!(pool.dirty_page_count(), 2);
+    // A page first changed before the target and changed again after it
+    // is written, with its newer change.
+    let mut guard = pool.fix_exclusive(PageId(3)).unwrap();
+    guard.write(100, b"again!!").unwrap();
+    guard.commit(Lsn(50)).unwrap();
+    drop(guard);
+    assert_eq!(pool.flush_through(Lsn(30)).unwrap(), 1, "page 3");
+    assert_eq!(pool.oldest_dirty_lsn(), Some(Lsn(40)));
+    assert_eq!(pool.flush_some(usize::MAX).unwrap(), 1, "page 4");
+    assert_eq!(pool.dirty_page_count(), 0);
+    pool.check_invariants();
+}
+
+#[test]
+fn the_data_file_is_written_with_zeros_ahead_of_its_pages_and_trimmed_back() {
+    let memory = Arc::new(barracuda_io::MemoryFile::new("ahead"));
+    let file = Arc::new(FileService::new(memory.clone()));
+    let durable = Arc::new(AtomicU64::new(u64::MAX));
+    let pool = simple_pool(PageFormat::Uncompressed, 8, file, durable, None);
+    let extend = barracuda_pool::EXTEND_BYTES;
+    let written = |page: u64, text: &[u8]| {
+        let mut guard = pool.create(PageId(page)).unwrap();
+        guard.write(100, text).unwrap();
+        guard.commit(Lsn(page)).unwrap();
+        drop(guard);
+        assert_eq!(pool.flush_some(usize::MAX).unwrap(), 1);
+    };
+    written(2, b"page two");
+    assert_eq!(memory.len().unwrap(), extend, "zeros to the next MiB");
+    pool.trim_file().unwrap();
+    assert_eq!(memory.len().unwrap(), 3 * 4096, "through page 2");
+    // A page past a whole extension, then one below the end.
+    let far = extend / 4096 + 5;
+    written(far, b"far page");
+    assert_eq!(memory.len().unwrap(), 2 * extend);
+    written(1, b"page one");
+    assert_eq!(
+        memory.len().unwrap(),
+        2 * extend,
+        "no extension below the end"
+    );
+    pool.trim_file().unwrap();
+    assert_eq!(memory.len().unwrap(), (far + 1) * 4096);
+    for (page, text) in [(1, b"page one"), (2, b"page two"), (far, b"far page")] {
+        assert!(pool.evict(PageId(page)));
+        assert_eq!(&pool.fix_shared(PageId(page)).unwrap()[100..108], text);
+    }
     pool.check_invariants();
 }
