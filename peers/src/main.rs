@@ -137,6 +137,9 @@ struct Args {
     /// the ring (a file of its full size) counts in them.
     #[arg(long, default_value_t = 128)]
     barracuda_w1_log_mib: u64,
+    /// Workload 1: Barracuda's page size, KiB.
+    #[arg(long, default_value_t = 16)]
+    barracuda_w1_page_kib: usize,
     /// Workload 1: Barracuda's trees as its defaults (zlib, 16 KiB pages in
     /// 8 KiB blocks) instead of uncompressed pages.
     #[arg(long)]
@@ -444,6 +447,8 @@ fn spawn_child(
         .args([
             "--barracuda-w1-log-mib",
             &args.barracuda_w1_log_mib.to_string(),
+            "--barracuda-w1-page-kib",
+            &args.barracuda_w1_page_kib.to_string(),
         ])
         .arg("--barracuda-codec")
         .arg(format!("{:?}", args.barracuda_codec).to_lowercase())
@@ -494,7 +499,8 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             barracuda::TreeOptions::default()
         } else {
             barracuda::TreeOptions::default().compression(barracuda::Compression::None)
-        };
+        }
+        .page_size_bytes(args.barracuda_w1_page_kib << 10);
         let setup = Setup {
             cache_bytes: args.cache_mib << 20,
             dir: dir.clone(),
