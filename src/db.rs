@@ -1057,12 +1057,17 @@ impl DbInner {
         Ok(())
     }
 
-    /// Writes every page of `tree` whose oldest change is before `target`,
-    /// then syncs its file.
+    /// Writes every page of `tree` whose oldest change is before `target`
+    /// (and, when its pool is short of memory, every other dirty page: see
+    /// docs/design.md, "Checkpoints"), then syncs its file.
     fn flush_tree_before(&self, tree: &TreeInner, target: Lsn) -> Result<()> {
         let pool = tree.pool();
         loop {
-            pool.flush_through(target)?;
+            if pool.memory_is_short() {
+                pool.flush_some(usize::MAX)?;
+            } else {
+                pool.flush_through(target)?;
+            }
             match pool.oldest_dirty_lsn() {
                 None => break,
                 Some(oldest) if oldest > target => break,

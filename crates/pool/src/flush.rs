@@ -296,6 +296,13 @@ impl BufferPool {
         self.inner.lock().flush.len()
     }
 
+    /// Whether less than a quarter of the pool's memory is free: eviction
+    /// runs or soon will, and it needs clean pages (a dirty victim is
+    /// written alone, on the thread that needs the memory).
+    pub fn memory_is_short(&self) -> bool {
+        self.inner.lock().alloc.free_chunk_count() < self.chunk_count() / 4
+    }
+
     /// The oldest modification LSN of any dirty page (the checkpoint may not
     /// move past it), or `None` when nothing is dirty.
     pub fn oldest_dirty_lsn(&self) -> Option<Lsn> {

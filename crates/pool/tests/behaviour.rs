@@ -568,3 +568,24 @@ fn the_data_file_is_written_with_zeros_ahead_of_its_pages_and_trimmed_back() {
     }
     pool.check_invariants();
 }
+
+#[test]
+fn memory_is_short_once_less_than_a_quarter_of_the_pool_is_free() {
+    let file = Arc::new(MemoryFile::default());
+    let durable = Arc::new(AtomicU64::new(u64::MAX));
+    let pool = simple_pool(PageFormat::Uncompressed, 8, file, durable, None);
+    for page in 1..=7 {
+        assert!(!pool.memory_is_short(), "{} of 8 frames taken", page - 1);
+        pool.create(PageId(page))
+            .unwrap()
+            .commit(Lsn(page))
+            .unwrap();
+    }
+    assert!(pool.memory_is_short(), "7 of 8 frames taken");
+    pool.flush_some(usize::MAX).unwrap();
+    assert!(pool.memory_is_short(), "clean pages still take the memory");
+    for page in 1..=2 {
+        assert!(pool.evict(PageId(page)));
+    }
+    assert!(!pool.memory_is_short(), "3 of 8 frames free");
+}
