@@ -1110,17 +1110,18 @@ impl DbInner {
         for tree in self.trees.read().iter() {
             tree.load().cleaner.lock().take();
         }
-        // Nor the zeros its data files hold ahead of their pages
-        // (`barracuda_pool::FileService`).
-        let result = result.and_then(|()| {
-            if failed {
-                return Ok(());
-            }
-            self.trees
-                .read()
-                .iter()
-                .try_for_each(|tree| tree.load().pool().trim_file().map_err(Error::from))
-        });
+        // A closed database keeps no zeros past its pages either (the data
+        // files hold some ahead of their pages: `barracuda_pool::FileService`).
+        let result = if failed {
+            result
+        } else {
+            result.and_then(|()| {
+                self.trees
+                    .read()
+                    .iter()
+                    .try_for_each(|tree| tree.load().pool().trim_file().map_err(Error::from))
+            })
+        };
         self.lock.lock().take();
         result
     }

@@ -241,6 +241,11 @@ impl FileService {
     /// starts, and zeros go only past it, so none lands on a page. If the
     /// zeros cannot be written, page writes extend the file themselves from
     /// then on (and report their own errors): this is only for speed.
+    ///
+    /// The lock is held across the zero writes on purpose: one extension
+    /// at a time is what keeps zeros off pages, and a page write past the
+    /// end waits for them anyway. A write below the end takes the lock
+    /// without I/O, once per batch.
     fn prepare(&self, end_bytes: u64) {
         let mut guard = self.extent.lock();
         let Ok(mut extent) = self.extent(&mut guard) else {
