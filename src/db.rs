@@ -1058,16 +1058,12 @@ impl DbInner {
     }
 
     /// Writes every page of `tree` whose oldest change is before `target`
-    /// (and, when its pool is short of memory, every other dirty page: see
-    /// docs/design.md, "Checkpoints"), then syncs its file.
+    /// (and, when its pool is short of memory, every other dirty page:
+    /// `BufferPool::flush_for_checkpoint`), then syncs its file.
     fn flush_tree_before(&self, tree: &TreeInner, target: Lsn) -> Result<()> {
         let pool = tree.pool();
         loop {
-            if pool.memory_is_short() {
-                pool.flush_some(usize::MAX)?;
-            } else {
-                pool.flush_through(target)?;
-            }
+            pool.flush_for_checkpoint(target)?;
             match pool.oldest_dirty_lsn() {
                 None => break,
                 Some(oldest) if oldest > target => break,

@@ -525,13 +525,8 @@ impl Wal {
     fn write_and_sync(&self, lsn: u64, data: &[u8], zeros: Option<(u64, u64)>) -> Result<()> {
         write_ring(self.file.as_ref(), &self.layout, lsn, data)?;
         if let Some((from, until)) = zeros {
-            let chunk = (until - from).min(RECOVERY_READ_BYTES) as usize;
-            let zero = AlignedBuf::zeroed(chunk, self.file.alignment().mem_bytes);
-            let mut at = from;
-            while at < until {
-                let len = (until - at).min(chunk as u64) as usize;
-                write_ring(self.file.as_ref(), &self.layout, at, &zero[..len])?;
-                at += len as u64;
+            for (offset, len) in self.layout.pieces(from, until - from) {
+                self.file.write_zeros(offset, len)?;
             }
         }
         self.file.sync_data()?;

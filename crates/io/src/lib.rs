@@ -145,7 +145,33 @@ pub trait BlockFile: Send + Sync + Debug {
         self.submit(requests, &queue.sender());
         queue.wait_many(count)
     }
+
+    /// Writes `len_bytes` of zeros at `offset_bytes` (both aligned), in
+    /// sequential writes of up to [`ZERO_WRITE_BYTES_MAX`] from one buffer:
+    /// how the log and the pool's data files extend themselves ahead of
+    /// their writes, so that those overwrite blocks the file system has
+    /// already allocated (on ext4 an `O_DIRECT` write into a hole or past
+    /// the end allocates blocks under the inode's exclusive lock, which
+    /// io_uring hands to a kernel worker). Same guarantees as `write_at`.
+    fn write_zeros(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), IoError> {
+        if len_bytes == 0 {
+            return Ok(());
+        }
+        let chunk = len_bytes.min(ZERO_WRITE_BYTES_MAX);
+        let zeros = AlignedBuf::zeroed(chunk as usize, self.alignment().mem_bytes);
+        let end = offset_bytes + len_bytes;
+        let mut at = offset_bytes;
+        while at < end {
+            let len = (end - at).min(chunk);
+            self.write_at(at, &zeros[..len as usize])?;
+            at += len;
+        }
+        Ok(())
+    }
 }
+
+/// The largest single write of [`BlockFile::write_zeros`] (and its buffer).
+pub const ZERO_WRITE_BYTES_MAX: u64 = 1 << 20;
 
 /// Opens (creating by default) the file at `path` with the backend, flush
 /// method and threads of `options`.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use barracuda_io::{
     AlignedBuf, Backend, BlockFile, CompletionQueue, FaultConfig, FaultFile, FlushMethod, IoError,
-    IoOptions, IoRequest, MemoryFile,
+    IoOptions, IoRequest, MemoryFile, ZERO_WRITE_BYTES_MAX,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -69,7 +69,8 @@ fn write_model(model: &mut Vec<u8>, offset: usize, data: &[u8]) {
     model[offset..offset + data.len()].copy_from_slice(data);
 }
 
-/// Random reads, writes, batches, syncs and length changes against a model.
+/// Random reads, writes (of data and of zeros), batches, syncs and length
+/// changes against a model.
 fn random_ops_match_model(file: &dyn BlockFile, seed: u64) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut model: Vec<u8> = Vec::new();
@@ -77,10 +78,20 @@ fn random_ops_match_model(file: &dyn BlockFile, seed: u64) {
         let units = rng.random_range(1..=4usize);
         let offset = rng.random_range(0..SPAN_UNITS) as usize * UNIT_BYTES;
         match rng.random_range(0..100) {
-            0..40 => {
+            0..36 => {
                 let data = random_data(file, &mut rng, units);
                 file.write_at(offset as u64, &data).unwrap();
                 write_model(&mut model, offset, &data);
+            }
+            36..40 => {
+                // Now and then more zeros than one write of them takes.
+                let len = if rng.random_range(0..4) == 0 {
+                    ZERO_WRITE_BYTES_MAX as usize + units * UNIT_BYTES
+                } else {
+                    units * UNIT_BYTES
+                };
+                file.write_zeros(offset as u64, len as u64).unwrap();
+                write_model(&mut model, offset, &vec![0; len]);
             }
             40..75 => check_read(file, &model, offset, units, step),
             75..85 => batch_round(file, &mut model, &mut rng),

@@ -236,11 +236,11 @@ impl FileService {
 
     /// Records page writes ending at `end_bytes`, and makes the file reach
     /// past it first: zeros from its end to the next multiple of
-    /// [`EXTEND_BYTES`] at or after `end_bytes`, in sequential writes of
-    /// up to that size. Every page write is below the file's end when it
-    /// starts, and zeros go only past it, so none lands on a page. If the
-    /// zeros cannot be written, page writes extend the file themselves from
-    /// then on (and report their own errors): this is only for speed.
+    /// [`EXTEND_BYTES`] at or after `end_bytes` ([`BlockFile::write_zeros`]).
+    /// Every page write is below the file's end when it starts, and zeros
+    /// go only past it, so none lands on a page. If the zeros cannot be
+    /// written, page writes extend the file themselves from then on (and
+    /// report their own errors): this is only for speed.
     ///
     /// The lock is held across the zero writes on purpose: one extension
     /// at a time is what keeps zeros off pages, and a page write past the
@@ -254,16 +254,12 @@ impl FileService {
         extent.pages_end = extent.pages_end.max(end_bytes);
         if end_bytes > extent.len && !extent.zeros_failed {
             let target = end_bytes.next_multiple_of(EXTEND_BYTES);
-            let zeros = AlignedBuf::zeroed(EXTEND_BYTES as usize, self.file.alignment().mem_bytes);
-            while extent.len < target {
-                let at = extent.len;
-                let len = (target - at).min(EXTEND_BYTES - at % EXTEND_BYTES);
-                if let Err(e) = self.file.write_at(at, &zeros[..len as usize]) {
+            match self.file.write_zeros(extent.len, target - extent.len) {
+                Ok(()) => extent.len = target,
+                Err(e) => {
                     tracing::warn!("writing zeros ahead of the pages failed: {e}");
                     extent.zeros_failed = true;
-                    break;
                 }
-                extent.len += len;
             }
         }
         *guard = Some(extent);

@@ -168,13 +168,21 @@ impl BufferPool {
         self.flush_oldest(page_count_max, Lsn(u64::MAX))
     }
 
-    /// Writes the dirty pages whose oldest modification is at or before
-    /// `target` (what a checkpoint at `target` needs), oldest first, as
-    /// [`BufferPool::flush_some`] does; pages first changed after `target`
+    /// Writes what a checkpoint at `target` needs: the dirty pages whose
+    /// oldest modification is at or before `target`, oldest first, as
+    /// [`BufferPool::flush_some`] does. Pages first changed after `target`
     /// are left for later, so a checkpoint does not chase the writers that
-    /// keep changing pages while it runs. Returns the number written.
-    pub fn flush_through(&self, target: Lsn) -> Result<usize> {
-        self.flush_oldest(usize::MAX, target)
+    /// keep changing pages while it runs, unless the pool is short of
+    /// memory (less than a quarter free): then eviction needs clean pages
+    /// (a dirty victim is written alone, on the thread that needs the
+    /// memory), and every dirty page is written. Returns the number written.
+    pub fn flush_for_checkpoint(&self, target: Lsn) -> Result<usize> {
+        let through = if self.memory_is_short() {
+            Lsn(u64::MAX)
+        } else {
+            target
+        };
+        self.flush_oldest(usize::MAX, through)
     }
 
     /// Writes up to `page_count_max` dirty pages whose oldest modification
@@ -297,9 +305,8 @@ impl BufferPool {
     }
 
     /// Whether less than a quarter of the pool's memory is free: eviction
-    /// runs or soon will, and it needs clean pages (a dirty victim is
-    /// written alone, on the thread that needs the memory).
-    pub fn memory_is_short(&self) -> bool {
+    /// runs or soon will.
+    fn memory_is_short(&self) -> bool {
         self.inner.lock().alloc.free_chunk_count() < self.chunk_count() / 4
     }
 

@@ -507,16 +507,21 @@ fn a_guard_dropped_uncommitted_leaves_nothing_to_the_next_guard() {
 }
 
 #[test]
-fn a_flush_through_a_target_leaves_pages_first_changed_after_it() {
+fn a_checkpoint_flush_leaves_pages_first_changed_after_its_target() {
     let file = Arc::new(MemoryFile::default());
     let durable = Arc::new(AtomicU64::new(u64::MAX));
-    let pool = simple_pool(PageFormat::Uncompressed, 8, file.clone(), durable, None);
+    // 16 frames for 4 pages: memory is not short.
+    let pool = simple_pool(PageFormat::Uncompressed, 16, file, durable, None);
     for (page, lsn) in [(1, 10), (2, 20), (3, 30), (4, 40)] {
         let mut guard = pool.create(PageId(page)).unwrap();
         guard.write(100, b"changed").unwrap();
         guard.commit(Lsn(lsn)).unwrap();
     }
-    assert_eq!(pool.flush_through(Lsn(20)).unwrap(), 2, "pages 1 and 2");
+    assert_eq!(
+        pool.flush_for_checkpoint(Lsn(20)).unwrap(),
+        2,
+        "pages 1 and 2"
+    );
     assert_eq!(pool.oldest_dirty_lsn(), Some(Lsn(30)));
     assert_eq!(pool.dirty_page_count(), 2);
     // A page first changed before the target and changed again after it
@@ -525,9 +530,36 @@ fn a_flush_through_a_target_leaves_pages_first_changed_after_it() {
     guard.write(100, b"again!!").unwrap();
     guard.commit(Lsn(50)).unwrap();
     drop(guard);
-    assert_eq!(pool.flush_through(Lsn(30)).unwrap(), 1, "page 3");
+    assert_eq!(pool.flush_for_checkpoint(Lsn(30)).unwrap(), 1, "page 3");
     assert_eq!(pool.oldest_dirty_lsn(), Some(Lsn(40)));
     assert_eq!(pool.flush_some(usize::MAX).unwrap(), 1, "page 4");
+    assert_eq!(pool.dirty_page_count(), 0);
+    pool.check_invariants();
+}
+
+#[test]
+fn a_checkpoint_flush_writes_every_dirty_page_when_memory_is_short() {
+    let file = Arc::new(MemoryFile::default());
+    let durable = Arc::new(AtomicU64::new(u64::MAX));
+    let pool = simple_pool(PageFormat::Uncompressed, 8, file, durable, None);
+    let dirty = |pages: std::ops::RangeInclusive<u64>| {
+        for page in pages {
+            let mut guard = pool.create(PageId(page)).unwrap();
+            guard.write(100, b"changed").unwrap();
+            guard.commit(Lsn(page)).unwrap();
+        }
+    };
+    // 6 of 8 frames taken: a quarter free, not short.
+    dirty(1..=6);
+    assert_eq!(pool.flush_for_checkpoint(Lsn(2)).unwrap(), 2);
+    assert_eq!(pool.dirty_page_count(), 4);
+    // 7 of 8 taken (clean pages take memory too): short.
+    dirty(7..=7);
+    assert_eq!(
+        pool.flush_for_checkpoint(Lsn(3)).unwrap(),
+        5,
+        "pages 3 to 7"
+    );
     assert_eq!(pool.dirty_page_count(), 0);
     pool.check_invariants();
 }
@@ -567,25 +599,4 @@ fn the_data_file_is_written_with_zeros_ahead_of_its_pages_and_trimmed_back() {
         assert_eq!(&pool.fix_shared(PageId(page)).unwrap()[100..108], text);
     }
     pool.check_invariants();
-}
-
-#[test]
-fn memory_is_short_once_less_than_a_quarter_of_the_pool_is_free() {
-    let file = Arc::new(MemoryFile::default());
-    let durable = Arc::new(AtomicU64::new(u64::MAX));
-    let pool = simple_pool(PageFormat::Uncompressed, 8, file, durable, None);
-    for page in 1..=7 {
-        assert!(!pool.memory_is_short(), "{} of 8 frames taken", page - 1);
-        pool.create(PageId(page))
-            .unwrap()
-            .commit(Lsn(page))
-            .unwrap();
-    }
-    assert!(pool.memory_is_short(), "7 of 8 frames taken");
-    pool.flush_some(usize::MAX).unwrap();
-    assert!(pool.memory_is_short(), "clean pages still take the memory");
-    for page in 1..=2 {
-        assert!(pool.evict(PageId(page)));
-    }
-    assert!(!pool.memory_is_short(), "3 of 8 frames free");
 }
