@@ -506,16 +506,26 @@ fn a_guard_dropped_uncommitted_leaves_nothing_to_the_next_guard() {
     pool.check_invariants();
 }
 
+/// An uncompressed pool of `frames` frames whose log is always durable.
+fn durable_pool(frames: usize) -> BufferPool {
+    let durable = Arc::new(AtomicU64::new(u64::MAX));
+    let file = Arc::new(MemoryFile::default());
+    simple_pool(PageFormat::Uncompressed, frames, file, durable, None)
+}
+
+/// Creates `page`, changed and committed at `lsn` (dirty).
+fn dirty_page(pool: &BufferPool, page: u64, lsn: u64) {
+    let mut guard = pool.create(PageId(page)).unwrap();
+    guard.write(100, b"changed").unwrap();
+    guard.commit(Lsn(lsn)).unwrap();
+}
+
 #[test]
 fn a_checkpoint_flush_leaves_pages_first_changed_after_its_target() {
-    let file = Arc::new(MemoryFile::default());
-    let durable = Arc::new(AtomicU64::new(u64::MAX));
     // 16 frames for 4 pages: memory is not short.
-    let pool = simple_pool(PageFormat::Uncompressed, 16, file, durable, None);
+    let pool = durable_pool(16);
     for (page, lsn) in [(1, 10), (2, 20), (3, 30), (4, 40)] {
-        let mut guard = pool.create(PageId(page)).unwrap();
-        guard.write(100, b"changed").unwrap();
-        guard.commit(Lsn(lsn)).unwrap();
+        dirty_page(&pool, page, lsn);
     }
     assert_eq!(
         pool.flush_for_checkpoint(Lsn(20)).unwrap(),
@@ -539,22 +549,15 @@ fn a_checkpoint_flush_leaves_pages_first_changed_after_its_target() {
 
 #[test]
 fn a_checkpoint_flush_writes_every_dirty_page_when_memory_is_short() {
-    let file = Arc::new(MemoryFile::default());
-    let durable = Arc::new(AtomicU64::new(u64::MAX));
-    let pool = simple_pool(PageFormat::Uncompressed, 8, file, durable, None);
-    let dirty = |pages: std::ops::RangeInclusive<u64>| {
-        for page in pages {
-            let mut guard = pool.create(PageId(page)).unwrap();
-            guard.write(100, b"changed").unwrap();
-            guard.commit(Lsn(page)).unwrap();
-        }
-    };
+    let pool = durable_pool(8);
     // 6 of 8 frames taken: a quarter free, not short.
-    dirty(1..=6);
+    for page in 1..=6 {
+        dirty_page(&pool, page, page);
+    }
     assert_eq!(pool.flush_for_checkpoint(Lsn(2)).unwrap(), 2);
     assert_eq!(pool.dirty_page_count(), 4);
     // 7 of 8 taken (clean pages take memory too): short.
-    dirty(7..=7);
+    dirty_page(&pool, 7, 7);
     assert_eq!(
         pool.flush_for_checkpoint(Lsn(3)).unwrap(),
         5,
