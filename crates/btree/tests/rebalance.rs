@@ -111,3 +111,40 @@ fn underfull_siblings_merge() {
         assert_eq!(tree.get(&key(i)).unwrap().is_some(), i % 2 == 1);
     }
 }
+
+#[test]
+fn deletes_from_an_underfull_leaf_whose_sibling_cannot_take_it_stay_on_the_leaf() {
+    let tree = Arc::new(tree_with(300, SplitPolicy::Adaptive));
+    let threshold = PAGE / 2;
+    let mut next = 0;
+    while first_two_leaves(&tree).1 >= threshold {
+        assert!(tree.delete(&key(next)).unwrap());
+        next += 1;
+    }
+    // The leaf is underfull, its full sibling cannot take its records and
+    // no redistribution is due yet. With the root latched shared, a delete
+    // that took the exclusive path from the root would wait; one that
+    // checks the sibling from the leaf does not.
+    let root = tree.store().fix_shared(tree.root_page_id()).unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let deleter = {
+        let tree = Arc::clone(&tree);
+        std::thread::spawn(move || {
+            let deleted = tree.delete(&key(next)).unwrap();
+            done_tx.send(deleted).unwrap();
+        })
+    };
+    let done = done_rx.recv_timeout(std::time::Duration::from_secs(10));
+    drop(root);
+    deleter.join().unwrap();
+    assert_eq!(done, Ok(true), "the delete waited for the root's latch");
+    tree.check_invariants().unwrap();
+    let (_, used, _) = first_two_leaves(&tree);
+    assert!(used < threshold, "{used} is not underfull");
+    let counts = tree.split_counts();
+    assert_eq!(
+        (counts.merges, counts.redistributions),
+        (0, 0),
+        "{counts:?}"
+    );
+}
