@@ -610,7 +610,12 @@ fn open_pool(
         .page_size_bytes(page)
         .format(format)
         .buffer_pool_bytes(options.buffer_pool_bytes)
-        .eviction_policy(options.eviction_policy);
+        .eviction_policy(options.eviction_policy)
+        .huge_pages(
+            options
+                .huge_pages
+                .unwrap_or(format == PageFormat::Uncompressed),
+        );
     // Shared, so that read-ahead is installed on the pool's own thread.
     let pool = BufferPool::open_shared(config, services)?;
     Ok((pool, file))

@@ -34,8 +34,9 @@ unsafe impl Send for Arena {}
 unsafe impl Sync for Arena {}
 
 impl Arena {
-    /// Allocates `chunk_count` zeroed chunks of `chunk_size_bytes`.
-    pub(crate) fn new(chunk_size_bytes: usize, chunk_count: u32) -> Result<Self> {
+    /// Allocates `chunk_count` zeroed chunks of `chunk_size_bytes`, in
+    /// transparent huge pages if `huge_pages` and the kernel agrees.
+    pub(crate) fn new(chunk_size_bytes: usize, chunk_count: u32, huge_pages: bool) -> Result<Self> {
         let size_bytes = chunk_size_bytes
             .checked_mul(chunk_count as usize)
             .ok_or_else(|| PoolError::InvalidConfig {
@@ -67,6 +68,17 @@ impl Arena {
         }
         // Mappings are page-aligned, which covers O_DIRECT's alignment.
         debug_assert_eq!(raw as usize % ARENA_ALIGNMENT_BYTES, 0);
+        // Transparent huge pages where the kernel offers them: one fault
+        // and one TLB entry per 2 MiB instead of per 4 KiB, for an arena
+        // that a tree descent touches at random. Only advice: where it is
+        // refused (no THP, `never`), the arena keeps base pages.
+        // SAFETY: advice on the mapping just created, of its exact length.
+        if huge_pages && unsafe { libc::madvise(raw, size_bytes, libc::MADV_HUGEPAGE) } != 0 {
+            tracing::debug!(
+                "buffer pool without huge pages: {}",
+                std::io::Error::last_os_error()
+            );
+        }
         let base = NonNull::new(raw.cast::<u8>()).ok_or_else(|| PoolError::InvalidConfig {
             reason: "mmap returned a null buffer pool".into(),
         })?;
@@ -318,6 +330,58 @@ impl ChunkAllocator {
         assert_eq!(free_slots, self.free_slot_count, "free slot count");
         for (position, &chunk) in self.partial_slabs.iter().enumerate() {
             assert_eq!(self.partial_position[chunk as usize], position as u32);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's THP mode, if it has one (`always`, `madvise`, `never`).
+    fn thp_mode() -> Option<String> {
+        let modes = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
+        let start = modes.find('[')? + 1;
+        let end = modes[start..].find(']')? + start;
+        Some(modes[start..end].to_string())
+    }
+
+    /// Kilobytes of huge pages backing the mapping that starts at `base`.
+    fn huge_kib(base: *const u8) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let start = format!("{:x}-", base as usize);
+        let mut lines = smaps.lines().skip_while(|line| !line.starts_with(&start));
+        assert!(lines.next().is_some(), "no mapping at {start}");
+        // The first `AnonHugePages` after the mapping's header is its own.
+        lines
+            .find_map(|line| line.strip_prefix("AnonHugePages:"))
+            .map_or(0, |kib| {
+                kib.trim().trim_end_matches("kB").trim().parse().unwrap()
+            })
+    }
+
+    fn touched_arena(huge_pages: bool) -> Arena {
+        let arena = Arena::new(16 << 10, 1024, huge_pages).unwrap();
+        for chunk in 0..arena.chunk_count() as usize {
+            let at = chunk * arena.chunk_size_bytes();
+            // SAFETY: inside the arena, which nothing else uses.
+            unsafe { arena.ptr(at, 1).write(1) };
+        }
+        arena
+    }
+
+    #[test]
+    fn the_arena_is_in_huge_pages_only_when_asked() {
+        let Some(mode) = thp_mode() else {
+            return; // No transparent huge pages in this kernel.
+        };
+        let asked = touched_arena(true);
+        if mode != "never" {
+            assert!(huge_kib(asked.ptr(0, 1)) > 0, "THP mode {mode}");
+        }
+        let not_asked = touched_arena(false);
+        if mode != "always" {
+            assert_eq!(huge_kib(not_asked.ptr(0, 1)), 0, "THP mode {mode}");
         }
     }
 }

@@ -76,6 +76,11 @@ pub struct PoolConfig {
     pub old_blocks_time_ms: u64,
     /// How long a fix waits for memory before failing. Default = 1000 ms.
     pub exhausted_wait_ms: u32,
+    /// Asks the kernel for transparent huge pages for the arena
+    /// (`madvise(MADV_HUGEPAGE)`). Default = false; the database turns it
+    /// on for uncompressed trees (`barracuda::Options::huge_pages`).
+    #[serde(default)]
+    pub huge_pages: bool,
 }
 
 impl Default for PoolConfig {
@@ -90,6 +95,7 @@ impl Default for PoolConfig {
             old_blocks_pct: OLD_BLOCKS_PCT_DEFAULT,
             old_blocks_time_ms: OLD_BLOCKS_TIME_MS_DEFAULT,
             exhausted_wait_ms: EXHAUSTED_WAIT_MS_DEFAULT,
+            huge_pages: false,
         }
     }
 }
@@ -143,6 +149,13 @@ impl PoolConfig {
     #[must_use]
     pub fn exhausted_wait_ms(mut self, exhausted_wait_ms: u32) -> Self {
         self.exhausted_wait_ms = exhausted_wait_ms;
+        self
+    }
+
+    /// Whether the arena asks for transparent huge pages. Default = false.
+    #[must_use]
+    pub fn huge_pages(mut self, huge_pages: bool) -> Self {
+        self.huge_pages = huge_pages;
         self
     }
 

@@ -180,7 +180,7 @@ impl BufferPool {
         })?;
         let slots_per_chunk = (page / unit) as u32;
         let desc_count = chunk_count * slots_per_chunk + ZOMBIE_DESC_MARGIN;
-        let arena = Arena::new(page, chunk_count)?;
+        let arena = Arena::new(page, chunk_count, config.huge_pages)?;
         let now_ms = 1;
         let inner = Inner {
             alloc: ChunkAllocator::new(chunk_count, slots_per_chunk),
