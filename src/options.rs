@@ -160,7 +160,7 @@ pub struct Options {
     pub(crate) file_wrapper: Option<FileWrapper>,
     pub(crate) read_ahead_pages: usize,
     pub(crate) io_queue_depth: u32,
-    pub(crate) huge_pages: Option<bool>,
+    pub(crate) huge_pages: bool,
 }
 
 impl Default for Options {
@@ -182,7 +182,7 @@ impl Default for Options {
             file_wrapper: None,
             read_ahead_pages: 0,
             io_queue_depth: IO_QUEUE_DEPTH_DEFAULT,
-            huge_pages: None,
+            huge_pages: false,
         }
     }
 }
@@ -201,14 +201,15 @@ impl Options {
     /// (`madvise(MADV_HUGEPAGE)`, honoured when
     /// `/sys/kernel/mm/transparent_hugepage/enabled` is `madvise` or
     /// `always`): fewer page faults as the pool fills and fewer TLB misses
-    /// on descents, and memory resident 2 MiB at a time. Default: the pools
-    /// of uncompressed trees do, those of compressed trees do not (measured
-    /// in docs/benchmarks.md: 1M gets over uncompressed pages took about
-    /// 10% less time, while the compressed pool of `peers` workload 2 spent
-    /// 12% more CPU on its reads, its decompressions slower).
+    /// on descents, and memory resident 2 MiB at a time. Default = false:
+    /// measured both ways in docs/design.md ("Memory"), 1M gets over
+    /// uncompressed pages took about 10% less time, but a pool filling up
+    /// spent up to 6 ms zeroing each huge page on this VM, and the
+    /// compressed pool of `peers` workload 2 spent 12% more CPU on its
+    /// reads.
     #[must_use]
     pub fn huge_pages(mut self, huge_pages: bool) -> Self {
-        self.huge_pages = Some(huge_pages);
+        self.huge_pages = huge_pages;
         self
     }
 

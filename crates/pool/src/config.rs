@@ -77,8 +77,8 @@ pub struct PoolConfig {
     /// How long a fix waits for memory before failing. Default = 1000 ms.
     pub exhausted_wait_ms: u32,
     /// Asks the kernel for transparent huge pages for the arena
-    /// (`madvise(MADV_HUGEPAGE)`). Default = false; the database turns it
-    /// on for uncompressed trees (`barracuda::Options::huge_pages`).
+    /// (`madvise(MADV_HUGEPAGE)`). Default = false (see
+    /// `barracuda::Options::huge_pages` for what was measured).
     #[serde(default)]
     pub huge_pages: bool,
 }

@@ -85,3 +85,4 @@ pub use policy::{
 pub use pool::{Access, BufferPool, ManualClock, Services};
 pub use readahead::{READ_AHEAD_IN_FLIGHT_DIVISOR, READ_AHEAD_WAIT_STRIPES};
 pub use status::{CodecCounters, LruEntry, PoolStatus};
+pub use table::PageIdHasher;

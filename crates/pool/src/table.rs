@@ -13,9 +13,11 @@ const SHARD_COUNT: usize = 64;
 const _: () = assert!(SHARD_COUNT.is_power_of_two());
 
 /// Fibonacci hashing of a page id: page ids are dense integers, so one
-/// multiplication spreads them well, at a fraction of SipHash's cost.
+/// multiplication spreads them well, at a fraction of SipHash's cost. Also
+/// for other sets of page ids (the database's set of pages imaged in the
+/// log since its checkpoint, looked up for every page a write touches).
 #[derive(Default)]
-pub(crate) struct PageIdHasher(u64);
+pub struct PageIdHasher(u64);
 
 impl Hasher for PageIdHasher {
     fn finish(&self) -> u64 {
