@@ -585,11 +585,9 @@ impl<S: PageStore> Tree<S> {
     }
 
     /// The leaf covering `key`, latched exclusively, with shared latches on
-    /// the way down (the optimistic path), and whether the parent had a
-    /// child after it when the descent passed (so that the leaf's right
-    /// link was its merge sibling; a hint, since the parent is no longer
-    /// latched).
-    fn leaf_exclusive(&self, key: &[u8]) -> Result<(S::Exclusive<'_>, bool)> {
+    /// the way down (the optimistic path), and what the parent said of it
+    /// when the descent passed (hints: the parent is no longer latched).
+    fn leaf_exclusive(&self, key: &[u8]) -> Result<(S::Exclusive<'_>, LeafHint)> {
         loop {
             let mut g = self.store.fix_shared(self.root)?;
             let mut id = self.root;
@@ -598,7 +596,7 @@ impl<S: PageStore> Tree<S> {
                 drop(g);
                 let x = self.store.fix_exclusive(self.root)?;
                 if page::is_leaf(&x) {
-                    return Ok((x, false));
+                    return Ok((x, LeafHint::default()));
                 }
                 // The root split while unlatched: descend again.
                 continue;
@@ -606,10 +604,13 @@ impl<S: PageStore> Tree<S> {
             loop {
                 let (off, child) = page::child_for(&g, key);
                 if page::level(&g) == 1 {
-                    let right_in_parent = page::rec_next(&g, off) != 0;
+                    let hint = LeafHint {
+                        right_in_parent: page::rec_next(&g, off) != 0,
+                        span: page::KeySpan::of_child(&g, off),
+                    };
                     let x = self.store.fix_exclusive(child)?;
                     expect_node(&x, child)?;
-                    return Ok((x, right_in_parent));
+                    return Ok((x, hint));
                 }
                 id = child;
                 let next = self.store.fix_shared(id)?;
@@ -920,8 +921,9 @@ impl<S: PageStore> Tree<S> {
     fn upsert(&self, op: &mut OpContext, rec: RecBuf) -> Result<bool> {
         let key = rec.key.as_slice();
         {
-            let (mut leaf, _) = self.leaf_exclusive(key)?;
-            if let LeafOutcome::Done(existed) = self.leaf_upsert(&mut leaf, op, &rec)? {
+            let (mut leaf, hint) = self.leaf_exclusive(key)?;
+            let span = hint.span.as_ref();
+            if let LeafOutcome::Done(existed) = self.leaf_upsert(&mut leaf, op, &rec, span)? {
                 return Ok(existed);
             }
         }
@@ -941,13 +943,16 @@ impl<S: PageStore> Tree<S> {
         Err(Error::CompressionUnfit { page_id: self.root })
     }
 
+    /// Inserts or replaces `rec` in `leaf` if it fits, finding its place
+    /// from `span` (the leaf's key range as its parent gave it, if known).
     fn leaf_upsert<G: PageWrite>(
         &self,
         leaf: &mut G,
         op: &mut OpContext,
         rec: &RecBuf,
+        span: Option<&page::KeySpan>,
     ) -> Result<LeafOutcome> {
-        let pr = page::probe(leaf, &rec.key);
+        let pr = page::probe_in(leaf, &rec.key, span);
         // The replaced record: its length, its value's, and its chain.
         let old = (pr.found != 0).then(|| {
             (
@@ -966,7 +971,7 @@ impl<S: PageStore> Tree<S> {
                     return Ok(LeafOutcome::Full);
                 }
                 page::remove(leaf, pr);
-                let pr = page::probe(leaf, &rec.key);
+                let pr = page::probe_in(leaf, &rec.key, span);
                 page::insert(leaf, pr, rec);
             }
             None => {
@@ -1005,7 +1010,7 @@ impl<S: PageStore> Tree<S> {
         rec: RecBuf,
     ) -> Result<Attempt> {
         let last = path.len() - 1;
-        let cause = match self.leaf_upsert(&mut path[last], op, &rec)? {
+        let cause = match self.leaf_upsert(&mut path[last], op, &rec, None)? {
             LeafOutcome::Done(existed) => return Ok(Attempt::Done(existed)),
             LeafOutcome::Full => None,
             LeafOutcome::Unfit => Some(SplitKind::CompressionFailure),
@@ -1709,15 +1714,15 @@ impl<S: PageStore> Tree<S> {
     fn remove(&self, op: &mut OpContext, key: &[u8]) -> Result<bool> {
         check_key(key)?;
         {
-            let (mut leaf, right_in_parent) = self.leaf_exclusive(key)?;
-            let pr = page::probe(&leaf, key);
+            let (mut leaf, hint) = self.leaf_exclusive(key)?;
+            let pr = page::probe_in(&leaf, key, hint.span.as_ref());
             if pr.found == 0 {
                 return Ok(false);
             }
             let len = page::rec_len(&leaf, pr.found);
             let stays_full = page::used_bytes(&leaf) - len >= self.threshold_bytes();
             let root = leaf.page_id() == self.root;
-            if root || stays_full || (right_in_parent && self.stays_unmerged(&leaf, len)?) {
+            if root || stays_full || (hint.right_in_parent && self.stays_unmerged(&leaf, len)?) {
                 let chain = overflow_chain(&leaf, pr.found);
                 page::remove(&mut leaf, pr);
                 let f = if root || stays_full {
@@ -2183,6 +2188,16 @@ fn right_bound<G: PageWrite>(path: &[G], j: usize) -> Option<(usize, PageId)> {
         offs.next()?;
         offs.next().map(|next| (at, page::rec_child(p, next)))
     })
+}
+
+/// What the parent said of a leaf as an optimistic descent passed it.
+#[derive(Default)]
+struct LeafHint {
+    /// The parent had a child after the leaf: the leaf's right link was
+    /// its merge sibling.
+    right_in_parent: bool,
+    /// The leaf's key range (for [`page::probe_in`]).
+    span: Option<page::KeySpan>,
 }
 
 /// The sibling an underfull child is rebalanced with
