@@ -291,6 +291,8 @@ pub(crate) struct DbInner {
     stop: Mutex<bool>,
     wake: Condvar,
     background: Mutex<Option<JoinHandle<()>>>,
+    /// The log writer thread ([`Wal::run_log_writer`]).
+    log_writer: Mutex<Option<JoinHandle<()>>>,
     /// Released at close, even while `Tree` handles live on.
     lock: Mutex<Option<DirLock>>,
 }
@@ -369,6 +371,7 @@ impl Db {
             failure: Mutex::new(None),
             closed: AtomicBool::new(false),
             stop: Mutex::new(false),
+            log_writer: Mutex::new(None),
             wake: Condvar::new(),
             background: Mutex::new(None),
             lock: Mutex::new(Some(lock)),
@@ -397,6 +400,12 @@ impl Db {
             .spawn(move || background(weak))
             .map_err(|e| directory_error(dir, format!("cannot start a thread: {e}")))?;
         *inner.background.lock() = Some(handle);
+        let wal = Arc::clone(&inner.wal);
+        let handle = std::thread::Builder::new()
+            .name("barracuda-log".into())
+            .spawn(move || wal.run_log_writer())
+            .map_err(|e| directory_error(dir, format!("cannot start a thread: {e}")))?;
+        *inner.log_writer.lock() = Some(handle);
         Ok(Db { inner })
     }
 
@@ -1109,6 +1118,10 @@ impl DbInner {
             self.checkpoint()
                 .and_then(|()| self.wal.restart_ring().map(|_| ()))
         };
+        self.wal.stop_log_writer();
+        if let Some(handle) = self.log_writer.lock().take() {
+            let _ = handle.join();
+        }
         for tree in self.trees.read().iter() {
             tree.load().cleaner.lock().take();
         }

@@ -146,8 +146,9 @@ fn power_loss_keeps_a_batch_over_several_groups_whole_or_drops_it() {
             .log_flush_interval(hour)
             .checkpoint_interval(hour)
     };
-    // About 4.5 MB of log: past the 4 MiB log buffer, which is written and
-    // synced when it fills; three groups by the batch's worst case.
+    // About 4.5 MB of log: past the 4 MiB log buffer, which is handed to
+    // the log writer thread to be written and synced when it fills; three
+    // groups by the batch's worst case.
     let batch_of = |tree: &barracuda::Tree, seed: u64| {
         let mut batch = barracuda::WriteBatch::new();
         for i in 0..1500 {
@@ -168,6 +169,13 @@ fn power_loss_keeps_a_batch_over_several_groups_whole_or_drops_it() {
             Durability::NoSync
         };
         db.write_with(batch_of(&tree, 1), durability).unwrap();
+        // The log writer thread writes and syncs the full buffer the batch
+        // handed it while the batch goes on: wait for that sync.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while db.log_stats().durable_lsn <= before.next_lsn && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let after = db.log_stats();
         assert!(
             after.groups_appended - before.groups_appended >= 2,

@@ -205,6 +205,23 @@ struct State {
     /// What of a growing ring lies past the file's end; `None` once the
     /// lap is written (the file is whole).
     unwritten: Option<Unwritten>,
+    /// A full buffer an append took for the log writer thread to write and
+    /// sync ([`Wal::run_log_writer`]); `flushing` is set from the hand-off
+    /// until the flush is finished.
+    handed_off: Option<Flush>,
+    /// Whether a log writer thread takes full buffers off appends.
+    log_writer_running: bool,
+    /// Asks the log writer thread to finish its hand-off and return.
+    log_writer_stop: bool,
+}
+
+/// One write and sync of the log: `padded_len` bytes of `buf` at LSN
+/// `start`, then zeros over `zeros` (see [`Wal::write_and_sync`]).
+struct Flush {
+    start: u64,
+    buf: AlignedBuf,
+    padded_len: u64,
+    zeros: Option<(u64, u64)>,
 }
 
 /// The largest flush buffer the log keeps between flushes.
@@ -238,6 +255,8 @@ pub struct Wal {
     /// Serializes checkpoints; the state mutex is not held during their I/O.
     checkpoint_lock: Mutex<()>,
     flushed: Condvar,
+    /// Wakes the log writer thread: a hand-off, or a stop.
+    log_writer_wake: Condvar,
     durable_lsn: AtomicU64,
 }
 
@@ -364,9 +383,13 @@ impl Wal {
                 stats,
                 flush_buf: None,
                 unwritten,
+                handed_off: None,
+                log_writer_running: false,
+                log_writer_stop: false,
             }),
             checkpoint_lock: Mutex::new(()),
             flushed: Condvar::new(),
+            log_writer_wake: Condvar::new(),
             durable_lsn: AtomicU64::new(start),
         };
         Ok((wal, checkpoint))
@@ -392,8 +415,12 @@ impl Wal {
         }
         let mut state = self.state.lock();
         if state.buffer.len() + len > self.buffer_bytes_max {
-            let target = state.next_lsn();
-            self.flush_locked(&mut state, target)?;
+            if state.log_writer_running && !state.log_writer_stop {
+                self.hand_off(&mut state)?;
+            } else {
+                let target = state.next_lsn();
+                self.flush_locked(&mut state, target)?;
+            }
         }
         check_failure(&state)?;
         self.check_room(&state, len)?;
@@ -462,6 +489,70 @@ impl Wal {
     /// Writes and syncs the buffer, with the state unlocked during the I/O
     /// so that other threads keep appending.
     fn flush_buffer(&self, state: &mut parking_lot::MutexGuard<'_, State>) -> Result<()> {
+        let flush = self.take_flush(state);
+        let result = parking_lot::MutexGuard::unlocked(state, || self.write_flush(&flush));
+        self.finish_flush(state, flush, result)
+    }
+
+    /// Hands the full buffer to the log writer thread, once the flush before
+    /// it (if any) is finished, so that the appending thread goes on
+    /// encoding into an empty buffer while the log writer writes and syncs
+    /// this one: at most one flush is in flight, as with flushes on the
+    /// appending thread, so a crash leaves no more unsynced log than they
+    /// did (the recovery window).
+    fn hand_off(&self, state: &mut parking_lot::MutexGuard<'_, State>) -> Result<()> {
+        while state.flushing {
+            check_failure(state)?;
+            self.flushed.wait(state);
+        }
+        check_failure(state)?;
+        if !state.buffer.is_empty() {
+            let flush = self.take_flush(state);
+            state.handed_off = Some(flush);
+            self.log_writer_wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Runs on a thread of its own (the database's "barracuda-log") until
+    /// [`Wal::stop_log_writer`]: writes and syncs each buffer an append
+    /// hands off when it fills ([`WalOptions::buffer_bytes_max`]). Without
+    /// it, the appending thread writes and syncs a full buffer itself. A
+    /// failed flush poisons the log as on any thread: appends and waits
+    /// fail from then on.
+    pub fn run_log_writer(&self) {
+        let mut state = self.state.lock();
+        if state.log_writer_stop {
+            return;
+        }
+        state.log_writer_running = true;
+        loop {
+            if let Some(flush) = state.handed_off.take() {
+                let result =
+                    parking_lot::MutexGuard::unlocked(&mut state, || self.write_flush(&flush));
+                // A failure is recorded in the state for every thread.
+                let _ = self.finish_flush(&mut state, flush, result);
+                continue;
+            }
+            if state.log_writer_stop {
+                break;
+            }
+            self.log_writer_wake.wait(&mut state);
+        }
+        state.log_writer_running = false;
+    }
+
+    /// Makes [`Wal::run_log_writer`] return once the buffer handed to it
+    /// (if any) is written; appends flush full buffers themselves again.
+    pub fn stop_log_writer(&self) {
+        self.state.lock().log_writer_stop = true;
+        self.log_writer_wake.notify_all();
+    }
+
+    /// Takes the buffer for one flush: copies it, padded to a sector, into
+    /// an aligned buffer, moves the buffer's LSN past it and marks the log
+    /// flushing.
+    fn take_flush(&self, state: &mut State) -> Flush {
         let start = state.buffer_lsn;
         let data_len = state.buffer.len() as u64;
         let padded_len = self.layout.round_up(data_len);
@@ -486,9 +577,29 @@ impl Wal {
                 .min(self.layout.round_up(from + ZERO_AHEAD_BYTES));
             (end > u.from_lsn && from < until).then_some((from, until))
         });
-        let result = parking_lot::MutexGuard::unlocked(state, || {
-            self.write_and_sync(start, &buf[..padded_len as usize], zeros)
-        });
+        Flush {
+            start,
+            buf,
+            padded_len,
+            zeros,
+        }
+    }
+
+    fn write_flush(&self, flush: &Flush) -> Result<()> {
+        let data = &flush.buf[..flush.padded_len as usize];
+        self.write_and_sync(flush.start, data, flush.zeros)
+    }
+
+    /// Records the outcome of `flush`: the new durable LSN, or the failure
+    /// that poisons the log; wakes the threads waiting for either.
+    fn finish_flush(&self, state: &mut State, flush: Flush, result: Result<()>) -> Result<()> {
+        let Flush {
+            start,
+            buf,
+            padded_len,
+            zeros,
+        } = flush;
+        let end = start + padded_len;
         state.flushing = false;
         if result.is_ok()
             && let Some(u) = &mut state.unwritten
@@ -504,9 +615,8 @@ impl Wal {
         state.stats.flushes += 1;
         match result {
             Ok(()) => {
-                self.durable_lsn
-                    .store(start + padded_len, Ordering::Release);
-                state.stats.durable_lsn = start + padded_len;
+                self.durable_lsn.store(end, Ordering::Release);
+                state.stats.durable_lsn = end;
                 self.flushed.notify_all();
                 Ok(())
             }

@@ -678,3 +678,97 @@ fn crashes_keep_writes_over_several_groups_whole() {
         );
     }
 }
+
+/// A log with a log writer thread, as the database runs it, once the
+/// thread takes hand-offs (until then, appends flush full buffers
+/// themselves).
+fn with_log_writer(wal: Wal) -> (Arc<Wal>, std::thread::JoinHandle<()>) {
+    let wal = Arc::new(wal);
+    let writer = {
+        let wal = Arc::clone(&wal);
+        std::thread::spawn(move || wal.run_log_writer())
+    };
+    while !wal.state.lock().log_writer_running {
+        std::thread::yield_now();
+    }
+    (wal, writer)
+}
+
+#[test]
+fn crashes_with_a_log_writer_lose_nothing_acknowledged_and_resurrect_nothing() {
+    let mut torn_tails = 0;
+    let mut handed_off = 0;
+    for seed in 0..40u64 {
+        let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let fault = crashing_file(&inner, seed, rng.random_range(3..12));
+        let (wal, _) = replay(fault.clone(), &small()).unwrap();
+        let (wal, writer) = with_log_writer(wal);
+        let (mut acknowledged, mut appended) = (0, 0);
+        for n in 0..200 {
+            // A flush that failed on the log writer poisons the log: the
+            // append fails, as a flush on this thread would have.
+            let Ok(range) = wal.append(&numbered_group(n, &mut rng)) else {
+                break;
+            };
+            appended = n + 1;
+            if rng.random_bool(0.1) {
+                if wal.flush_to(range.end).is_err() {
+                    break;
+                }
+                acknowledged = n + 1;
+            }
+        }
+        let flushes = wal.stats().flushes;
+        wal.stop_log_writer();
+        writer.join().unwrap();
+        drop(wal);
+        fault.crash().unwrap();
+        let (_, seen) = replay(inner, &small()).unwrap();
+        check_prefix(&seen, 0, acknowledged, appended);
+        torn_tails += u64::from((seen.len() as u64) < appended);
+        // More flushes than acknowledged syncs: some were hand-offs.
+        handed_off += u64::from(flushes > acknowledged.min(1));
+    }
+    assert!(torn_tails > 10, "too few crashes cut the log: {torn_tails}");
+    assert!(
+        handed_off > 10,
+        "the log writer flushed too rarely: {handed_off}"
+    );
+}
+
+#[test]
+fn an_append_that_fills_the_buffer_leaves_its_write_to_the_log_writer() {
+    let latency = std::time::Duration::from_millis(300);
+    let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let slow: Arc<dyn BlockFile> = Arc::new(FaultFile::with_latency(inner.clone(), latency));
+    let (wal, _) = replay(slow, &small()).unwrap();
+    let (wal, writer) = with_log_writer(wal);
+    let mut rng = SmallRng::seed_from_u64(9);
+    // Fill the 16 KiB buffer: the append past it hands the buffer off,
+    // which the log writer then takes 300 ms to write.
+    let mut n = 0;
+    let mut slowest = std::time::Duration::ZERO;
+    while n < 1000 {
+        let started = std::time::Instant::now();
+        wal.append(&numbered_group(n, &mut rng)).unwrap();
+        slowest = slowest.max(started.elapsed());
+        n += 1;
+        if wal.state.lock().flushing {
+            break;
+        }
+    }
+    assert!(wal.state.lock().flushing, "no hand-off after {n} groups");
+    assert!(
+        slowest < latency,
+        "an append waited {slowest:?} for a write of {latency:?}"
+    );
+    // The hand-off becomes durable without this thread writing anything.
+    let end = wal.next_lsn();
+    wal.flush_to(end).unwrap();
+    wal.stop_log_writer();
+    writer.join().unwrap();
+    drop(wal);
+    let (_, seen) = replay(inner, &small()).unwrap();
+    assert_eq!(seen, (0..n).collect::<Vec<_>>());
+}
