@@ -204,7 +204,7 @@ impl Options {
     /// on descents, and memory resident 2 MiB at a time. Default = false:
     /// measured both ways in docs/design.md ("Memory"), 1M gets over
     /// uncompressed pages took about 10% less time, but a pool filling up
-    /// spent up to 6 ms zeroing each huge page on this VM, and the
+    /// spent about 6 ms zeroing each huge page on this VM, and the
     /// compressed pool of `peers` workload 2 spent 12% more CPU on its
     /// reads.
     #[must_use]

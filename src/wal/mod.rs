@@ -13,7 +13,8 @@
 //! buffer and return the LSN just past it; [`Wal::flush_to`] makes the log
 //! durable up to an LSN with one write and one `sync_data` for everything
 //! buffered (group commit: writers that arrive during a sync share the next
-//! one). Every flush starts at a sector boundary with a flush-start marker
+//! one). A buffer that fills is flushed by the log writer thread, if one
+//! runs ([`Wal::run_log_writer`]), while appends go on. Every flush starts at a sector boundary with a flush-start marker
 //! and is padded with zeros to the next boundary, so no synced sector is
 //! ever rewritten.
 //!
@@ -93,9 +94,11 @@ impl WalOptions {
         self
     }
 
-    /// The most buffered, unsynced log bytes: an append that grows the
-    /// buffer past it flushes first. It bounds the window recovery must
-    /// clean after a crash. Default = 4 MiB.
+    /// The most log bytes one flush writes: an append that would grow the
+    /// buffer past it first flushes the buffer, or hands it to the log
+    /// writer thread ([`Wal::run_log_writer`]). One flush is in flight at a
+    /// time, so this (plus one group) bounds the window recovery must clean
+    /// after a crash. Default = 4 MiB.
     #[must_use]
     pub fn buffer_bytes_max(mut self, buffer_bytes_max: usize) -> Self {
         self.buffer_bytes_max = buffer_bytes_max;

@@ -1755,8 +1755,8 @@ impl<S: PageStore> Tree<S> {
     /// record are removed from it, as it is (underfull, marked growing):
     /// no redistribution is due, and its right neighbour (its merge
     /// sibling, when the parent has a child after it) holds too many
-    /// records for both to fit one page. [`Tree::rebalance_child`]'s first
-    /// test, made with the leaf's right neighbour latched shared (left to
+    /// records for both to fit one page ([`Tree::merge_may_fit`]).
+    /// [`Tree::rebalance_child`]'s first test, made with the leaf's right neighbour latched shared (left to
     /// right, the latch order) instead of the whole path exclusively: most
     /// deletes from an underfull leaf find no merge that fits (4,052 of
     /// 5,157 in `peers` workload 1's removals).
@@ -1772,7 +1772,14 @@ impl<S: PageStore> Tree<S> {
         let right = self.store.fix_shared(right_id)?;
         expect_node(&right, right_id)?;
         let records_bytes = page::record_bytes(leaf) - len + page::record_bytes(&right);
-        Ok(page::PAGE_HEADER_BYTES + records_bytes > self.limit_bytes())
+        Ok(!self.merge_may_fit(records_bytes))
+    }
+
+    /// Whether two siblings holding `records_bytes` of records together may
+    /// merge: a merged page holds at least those records and a header (its
+    /// directory comes on top, checked once the records are copied).
+    fn merge_may_fit(&self, records_bytes: usize) -> bool {
+        page::PAGE_HEADER_BYTES + records_bytes <= self.limit_bytes()
     }
 
     /// Splits the leaf covering `first` on its own, in `op`: a full leaf
@@ -1934,11 +1941,11 @@ impl<S: PageStore> Tree<S> {
                 (left, right, child_off)
             }
         };
-        // A merged page holds at least both pages' records: when even that
-        // does not fit and no redistribution is due, stop before copying
-        // them (a page left this way is retried on each delete it takes).
+        // When no merge can fit and no redistribution is due, stop before
+        // copying the records (a page left this way is retried on each
+        // delete that reaches this path).
         let records_bytes = page::record_bytes(&left) + page::record_bytes(&right);
-        if !redistribute && page::PAGE_HEADER_BYTES + records_bytes > self.limit_bytes() {
+        if !redistribute && !self.merge_may_fit(records_bytes) {
             return Ok(false);
         }
         let parent = &path[i - 1];
