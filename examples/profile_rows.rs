@@ -1,6 +1,7 @@
 //! One phase of `peers` workload 1 on its own, for `perf record`: a load of
 //! N random pairs (24-byte keys, 150-byte values, uncompressed pages,
-//! batches of 300 as the peers adapter writes them), then one of
+//! through `Db::chunked_writer` as the peers adapter writes them; in key
+//! order with `PROFILE_ROWS_SORTED_LOAD=1`), then one of
 //!
 //! - `get`: 1,000,000 gets of loaded keys;
 //! - `into`: the same through `Tree::get_into` and one buffer;
@@ -9,11 +10,14 @@
 //! - `limit`: the same ranges through `Tree::scan_limit` (the peers
 //!   adapter's call);
 //! - `rev`: 200,000 reverse ranges of 10 entries, `range(..=key).rev()`;
-//! - `remove`: deletes of half the keys in batches of 300, then the tree's
+//! - `remove`: deletes of half the keys through one chunked writer (as the
+//!   peers adapter), then the tree's
 //!   shape (leaves, fill, merges) and 200,000 `scan_limit` ranges of ten
 //!   over what is left;
 //! - `batch`: 100 transactions of 1,000 new random pairs, each written as
 //!   the peers adapter does (one atomic batch, synced);
+//! - `single`: 1,000 puts of new random pairs, each its own synced write,
+//!   then the tree's shape;
 //! - `load`: nothing (the load alone).
 //!
 //! ```sh
@@ -29,7 +33,6 @@ use barracuda::{Compression, Db, Durability, TreeOptions, WriteBatch};
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 
-const BATCH_OPS: usize = 300;
 /// Ranges of the `range` and `scan` phases.
 const RANGES: usize = 200_000;
 
@@ -54,16 +57,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect();
 
-    let started = Instant::now();
-    for chunk in keys.chunks(BATCH_OPS) {
-        let mut batch = WriteBatch::new();
-        for key in chunk {
-            let mut value = [0; 150];
-            rng.fill_bytes(&mut value);
-            batch.put(&tree, key, &value);
-        }
-        db.write_with(batch, Durability::NoSync)?;
+    let mut load_keys = keys.clone();
+    if std::env::var_os("PROFILE_ROWS_SORTED_LOAD").is_some() {
+        load_keys.sort_unstable();
     }
+    let started = Instant::now();
+    let mut writer = db.chunked_writer_with(Durability::NoSync);
+    for key in &load_keys {
+        let mut value = [0; 150];
+        rng.fill_bytes(&mut value);
+        writer.put(&tree, key, &value)?;
+    }
+    writer.finish()?;
     db.sync()?;
     eprintln!("load of {pairs}: {:?}", started.elapsed());
 
@@ -116,13 +121,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         "remove" => {
-            for chunk in keys[..pairs / 2].chunks(BATCH_OPS) {
-                let mut batch = WriteBatch::new();
-                for key in chunk {
-                    batch.delete(&tree, key);
-                }
-                db.write_with(batch, Durability::NoSync)?;
+            let mut writer = db.chunked_writer_with(Durability::NoSync);
+            for key in &keys[..pairs / 2] {
+                writer.delete(&tree, key)?;
             }
+            writer.finish()?;
             eprintln!("remove: {:?}", started.elapsed());
             let stats = tree.stats()?;
             eprintln!(
@@ -178,6 +181,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 times[90],
                 times[99],
                 times.iter().sum::<std::time::Duration>()
+            );
+        }
+        "single" => {
+            for _ in 0..1_000 {
+                let (mut key, mut value) = ([0; 24], [0; 150]);
+                rng.fill_bytes(&mut key);
+                rng.fill_bytes(&mut value);
+                let mut batch = WriteBatch::new();
+                batch.put(&tree, &key, &value);
+                db.write_with(batch, Durability::Sync)?;
+            }
+            let stats = tree.stats()?;
+            eprintln!(
+                "after the puts: {} leaves, fill {:.2}, splits {:?}",
+                stats.leaf_pages, stats.leaf_fill, stats.splits
             );
         }
         "load" => {}

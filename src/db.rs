@@ -456,6 +456,24 @@ impl Db {
         batch.apply(&self.inner, durability)
     }
 
+    /// A writer for a transaction too large for one [`Db::write`] (more
+    /// operations than [`Tree::batch_ops_max`]): bulk loads, mass deletes.
+    /// It applies what it is given in consecutive atomic parts, durable
+    /// together with the database's durability at
+    /// [`ChunkedWriter::finish`]; not atomic. See [`ChunkedWriter`].
+    ///
+    /// [`Tree::batch_ops_max`]: crate::Tree::batch_ops_max
+    /// [`ChunkedWriter`]: crate::ChunkedWriter
+    /// [`ChunkedWriter::finish`]: crate::ChunkedWriter::finish
+    pub fn chunked_writer(&self) -> crate::ChunkedWriter<'_> {
+        self.chunked_writer_with(self.inner.options.durability)
+    }
+
+    /// [`Db::chunked_writer`] with the given durability.
+    pub fn chunked_writer_with(&self, durability: Durability) -> crate::ChunkedWriter<'_> {
+        crate::ChunkedWriter::new(&self.inner, durability)
+    }
+
     /// Makes every write so far durable (useful under `NoSync`).
     pub fn sync(&self) -> Result<()> {
         let wal = &self.inner.wal;
@@ -913,6 +931,15 @@ impl DbInner {
         }
         let end = self.log_ops(state, &writer).inspect_err(|e| self.fail(e))?;
         Ok((result?, end))
+    }
+
+    /// Makes everything logged so far durable, unless `durability` is
+    /// [`Durability::NoSync`]: the end of a write made of several.
+    pub(crate) fn make_durable(&self, durability: Durability) -> Result<()> {
+        match durability {
+            Durability::Sync | Durability::Group => self.wal.flush_to(self.wal.next_lsn()),
+            Durability::NoSync => Ok(()),
+        }
     }
 
     fn wait_durable(&self, durability: Durability, end: Lsn) -> Result<()> {

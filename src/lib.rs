@@ -44,7 +44,7 @@ pub use barracuda_btree::SplitPolicy;
 pub use barracuda_codec::BlockSize;
 pub use barracuda_io::FlushMethod;
 pub use barracuda_pool::{EvictionPolicy, PoolStatus};
-pub use batch::WriteBatch;
+pub use batch::{ChunkedWriter, WriteBatch};
 pub use catalog::CATALOG_FILE_NAME;
 pub use db::{CompactStats, CompactStep, Db, LOG_FILE_NAME};
 pub use error::{Error, Result};

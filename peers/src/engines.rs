@@ -59,8 +59,6 @@ pub struct Setup {
     pub barracuda_log_bytes: u64,
     /// Barracuda only: its I/O backend (`Options::io_backend`).
     pub barracuda_io: barracuda::io::Backend,
-    /// Barracuda only: the most operations per `WriteBatch`.
-    pub barracuda_batch_ops: usize,
     /// LMDB only: `MDB_NORDAHEAD`, its documented setting for random reads
     /// of a database larger than memory (workload 2). With the kernel's
     /// 128 KiB read-ahead on every fault of its map, LMDB read 166 GB from
@@ -109,7 +107,6 @@ pub fn directory_bytes(path: &Path) -> u64 {
 struct BarracudaEngine {
     db: Option<barracuda::Db>,
     tree: barracuda::Tree,
-    batch_ops: usize,
 }
 
 impl BarracudaEngine {
@@ -123,11 +120,7 @@ impl BarracudaEngine {
             .open(&setup.dir)
             .context("barracuda open")?;
         let tree = db.tree("bench").context("barracuda tree")?;
-        Ok(Self {
-            db: Some(db),
-            tree,
-            batch_ops: setup.barracuda_batch_ops.max(1),
-        })
+        Ok(Self { db: Some(db), tree })
     }
 
     fn db(&self) -> &barracuda::Db {
@@ -138,11 +131,10 @@ impl BarracudaEngine {
 impl Engine for BarracudaEngine {
     /// A transaction that fits one `WriteBatch` (`Tree::batch_ops_max` for
     /// the first operation's size: workload 1's 1,000 writes) is one batch,
-    /// atomic as in the other engines. A larger one (the bulk load, the
-    /// removals, workload 2's commits) cannot be: it is split into batches
-    /// of `--barracuda-batch-ops`, every batch but the last `NoSync`, the
-    /// last waiting for the log's fsync, which covers the earlier ones (one
-    /// fsync per transaction, like the others): durable together, not
+    /// atomic as in the other engines (`Db::write_with`). A larger one (the
+    /// bulk load, the removals, workload 2's commits) cannot be: it goes
+    /// through `Db::chunked_writer_with`, which applies it as consecutive
+    /// atomic batches with one fsync at the end: durable together, not
     /// atomic.
     fn commit(&self, ops: &mut dyn Iterator<Item = Op>, durable: bool) -> Result<()> {
         let mut ops = ops.peekable();
@@ -151,37 +143,34 @@ impl Engine for BarracudaEngine {
             Some(Op::Delete(key)) => self.tree.batch_ops_max(key.len(), 0),
             None => return Ok(()),
         };
-        let first: Vec<Op> = ops.by_ref().take(atomic_max + 1).collect();
-        let batch_ops = if first.len() <= atomic_max {
-            atomic_max
+        let durability = if durable {
+            barracuda::Durability::Sync
         } else {
-            self.batch_ops.min(atomic_max)
+            barracuda::Durability::NoSync
         };
-        let mut ops = first.into_iter().chain(ops).peekable();
-        loop {
+        let first: Vec<Op> = ops.by_ref().take(atomic_max + 1).collect();
+        if first.len() <= atomic_max {
             let mut batch = barracuda::WriteBatch::new();
-            while batch.len() < batch_ops {
-                match ops.next() {
-                    Some(Op::Put(key, value)) => batch.put(&self.tree, &key, &value),
-                    Some(Op::Delete(key)) => batch.delete(&self.tree, &key),
-                    None => break,
+            for op in first {
+                match op {
+                    Op::Put(key, value) => batch.put(&self.tree, &key, &value),
+                    Op::Delete(key) => batch.delete(&self.tree, &key),
                 }
             }
-            let last = ops.peek().is_none();
-            let durability = if last && durable {
-                barracuda::Durability::Sync
-            } else {
-                barracuda::Durability::NoSync
-            };
-            if !batch.is_empty() {
-                self.db()
-                    .write_with(batch, durability)
-                    .context("barracuda write")?;
-            }
-            if last {
-                return Ok(());
-            }
+            return self
+                .db()
+                .write_with(batch, durability)
+                .context("barracuda write");
         }
+        let mut writer = self.db().chunked_writer_with(durability);
+        for op in first.into_iter().chain(ops) {
+            match op {
+                Op::Put(key, value) => writer.put(&self.tree, &key, &value),
+                Op::Delete(key) => writer.delete(&self.tree, &key),
+            }
+            .context("barracuda write")?;
+        }
+        writer.finish().context("barracuda write")
     }
 
     fn reader(&self) -> Result<Box<dyn Reader + '_>> {

@@ -144,12 +144,6 @@ struct Args {
     /// 8 KiB blocks) instead of uncompressed pages.
     #[arg(long)]
     barracuda_zlib: bool,
-    /// Barracuda: a transaction larger than one `WriteBatch` may hold
-    /// (`Tree::batch_ops_max`) is split into batches of this many (durable
-    /// together, not atomic); one that fits, such as workload 1's 1,000
-    /// writes, is one atomic batch whatever this says.
-    #[arg(long, default_value_t = 300)]
-    barracuda_batch_ops: usize,
     /// Reads columns from earlier `--json` files instead of running (for
     /// merging runs and redrawing the chart).
     #[arg(long, num_args = 1..)]
@@ -460,10 +454,6 @@ fn spawn_child(
         .arg("--barracuda-io")
         .arg(format!("{:?}", args.barracuda_io).to_lowercase())
         .args(args.barracuda_zlib.then_some("--barracuda-zlib"))
-        .args([
-            "--barracuda-batch-ops",
-            &args.barracuda_batch_ops.to_string(),
-        ])
         .args(args.w2_compact.then_some("--w2-compact"))
         .arg("--dir")
         .arg(&args.dir);
@@ -507,7 +497,6 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             barracuda_tree: tree,
             barracuda_log_bytes: args.barracuda_w1_log_mib << 20,
             barracuda_io: barracuda::io::Backend::Auto,
-            barracuda_batch_ops: args.barracuda_batch_ops,
             lmdb_no_read_ahead: false,
         };
         let pairs = (DEFAULT_PAIRS * args.scale) as usize;
@@ -540,7 +529,6 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
                 W2Io::Auto => barracuda::io::Backend::Auto,
                 W2Io::Pread => barracuda::io::Backend::Pread,
             },
-            barracuda_batch_ops: args.barracuda_batch_ops,
             lmdb_no_read_ahead: true,
         };
         let pair_bytes = workloads::KEY_BYTES + workloads::LARGE_VALUE_BYTES;
