@@ -287,7 +287,7 @@ impl WriteBatch {
 /// the bound leave no room without a checkpoint first: the peers
 /// harness's removals took 420 to 502 ms in batches of 2,000 operations
 /// against 186 to 191 ms in batches of 300 (docs/benchmarks.md), and a
-/// quarter of workload 1's bound is 333.
+/// quarter of workload 1's bound is about 330 puts.
 pub(crate) const CHUNK_SHARE: usize = 4;
 
 /// Where [`WriteBatch::apply_chunked`] ends its parts (exclusive ends, the

@@ -14,7 +14,11 @@
 //! process made, synced or not, so it rarely separates a batch's groups;
 //! `tests/power_loss.rs` drops a batch's last group deterministically.)
 //!
-//! 50 cycles by default (20 for the batches); `BARRACUDA_CRASH_CYCLES=1000`
+//! A third child writes only `Db::chunked_writer`s of several parts: a kill
+//! must keep every finished writer whole and a prefix of the one it cuts.
+//!
+//! 50 cycles by default (20 for the batches and for the chunked writes);
+//! `BARRACUDA_CRASH_CYCLES=1000`
 //! for the long run.
 
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
@@ -33,6 +37,8 @@ const CHILD_DIR_VAR: &str = "BARRACUDA_CRASH_CHILD_DIR";
 const CHILD_SEED_VAR: &str = "BARRACUDA_CRASH_CHILD_SEED";
 /// Set for the batch child.
 const CHILD_BATCHES_VAR: &str = "BARRACUDA_CRASH_CHILD_BATCHES";
+/// Set for the chunked-writer child.
+const CHILD_CHUNKS_VAR: &str = "BARRACUDA_CRASH_CHILD_CHUNKS";
 const CYCLES_VAR: &str = "BARRACUDA_CRASH_CYCLES";
 const CYCLES_DEFAULT: u64 = 50;
 /// Distinct keys: small enough that updates and deletes hit existing keys.
@@ -83,6 +89,10 @@ fn crash_child() {
     let seed: u64 = std::env::var(CHILD_SEED_VAR).unwrap().parse().unwrap();
     if std::env::var(CHILD_BATCHES_VAR).is_ok() {
         batch_child(Path::new(&dir), seed);
+        return;
+    }
+    if std::env::var(CHILD_CHUNKS_VAR).is_ok() {
+        chunk_child(Path::new(&dir), seed);
         return;
     }
     let db = options().open(&dir).unwrap();
@@ -149,6 +159,59 @@ fn batch_child(dir: &Path, seed: u64) {
     }
 }
 
+/// Operations per chunked write: several parts each with the batch
+/// child's options (27 operations per part, by the pool's bound).
+const CHUNK_OPS: std::ops::RangeInclusive<u64> = 60..=250;
+
+/// The value a chunked write of `step` puts: unique per seed and step.
+fn chunk_value(seed: u64, step: u64) -> Vec<u8> {
+    format!("chunk {seed}.{step}").into_bytes()
+}
+
+/// The chunked-writer child: writes `Db::chunked_writer`s of distinct
+/// keys until killed, puts in two steps of three and deletes in the
+/// third. Before each it prints `chunk STEP put|del I...`, after its
+/// `finish` returns (durable) `done STEP`.
+fn chunk_child(dir: &Path, seed: u64) {
+    let db = batch_options().open(dir).unwrap();
+    let tree = db.tree("crash").unwrap();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    writeln!(out).unwrap();
+    for step in 0.. {
+        let deletes = step % 3 == 2;
+        let count = rng.random_range(CHUNK_OPS);
+        let mut keys: Vec<u64> = Vec::new();
+        while (keys.len() as u64) < count {
+            let i = rng.random_range(0..KEY_SPACE);
+            if !keys.contains(&i) {
+                keys.push(i);
+            }
+        }
+        let kind = if deletes { "del" } else { "put" };
+        let listed: Vec<String> = keys.iter().map(u64::to_string).collect();
+        // One write of the whole line (under PIPE_BUF): a kill cannot cut
+        // it, where `writeln!` may write its pieces separately.
+        let line = format!("chunk {step} {kind} {}\n", listed.join(" "));
+        out.write_all(line.as_bytes()).unwrap();
+        out.flush().unwrap();
+        let mut writer = db.chunked_writer();
+        for &i in &keys {
+            if deletes {
+                writer.delete(&tree, &key(i)).unwrap();
+            } else {
+                writer
+                    .put(&tree, &key(i), &chunk_value(seed, step))
+                    .unwrap();
+            }
+        }
+        writer.finish().unwrap();
+        writeln!(out, "done {step}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
 /// One cycle: run the child for a random time, kill it, return the
 /// acknowledged operations applied to `model` and the key in flight.
 fn run_child(
@@ -160,7 +223,7 @@ fn run_child(
     output: &mut Vec<String>,
     killed_compacting: &mut usize,
 ) -> Option<u64> {
-    *output = kill_child(dir, seed, run, false);
+    *output = kill_child(dir, seed, run, None);
     let mut in_flight = None;
     let last_compaction = output.iter().rev().find(|line| line.starts_with("compact"));
     if last_compaction.is_some_and(|line| line == "compacting") {
@@ -186,9 +249,9 @@ fn run_child(
     in_flight
 }
 
-/// Runs the child (the batch child if `batches`) for `run`, kills it, and
-/// returns what it printed.
-fn kill_child(dir: &Path, seed: u64, run: Duration, batches: bool) -> Vec<String> {
+/// Runs the child (the one `mode`, an environment variable, selects) for
+/// `run`, kills it, and returns what it printed.
+fn kill_child(dir: &Path, seed: u64, run: Duration, mode: Option<&str>) -> Vec<String> {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
@@ -196,8 +259,8 @@ fn kill_child(dir: &Path, seed: u64, run: Duration, batches: bool) -> Vec<String
         .env(CHILD_SEED_VAR, seed.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    if batches {
-        command.env(CHILD_BATCHES_VAR, "1");
+    if let Some(mode) = mode {
+        command.env(mode, "1");
     }
     let mut child = command.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -240,7 +303,7 @@ fn sigkill_keeps_batches_whole() {
     for cycle in 0..cycles {
         let seed = cycle + 1;
         let run = Duration::from_millis(rng.random_range(50..400));
-        let output = kill_child(dir.path(), seed, run, true);
+        let output = kill_child(dir.path(), seed, run, Some(CHILD_BATCHES_VAR));
         let mut in_flight: Option<(u64, Vec<u64>)> = None;
         for line in &output {
             let parts: Vec<&str> = line.split(' ').collect();
@@ -297,6 +360,104 @@ fn sigkill_keeps_batches_whole() {
     );
     eprintln!(
         "{cycles} SIGKILL cycles over batches: {batches_done} acknowledged ({spanning} over several log groups), all present; the batch cut by the kill found whole {cut_found_whole} times, absent {cut_found_none} times"
+    );
+}
+
+/// Whether `applied` is true up to some point and false after it.
+fn is_prefix(applied: &[bool]) -> bool {
+    applied.windows(2).all(|pair| pair[0] || !pair[1])
+}
+
+/// A chunked write is applied as consecutive atomic parts: a kill keeps
+/// every finished writer whole, and of the writer it cuts, a prefix of its
+/// parts. Puts go in the order written, so the puts that survive are the
+/// first ones written; a run of deletes goes in key order, so the deletes
+/// that survive are those of the smallest keys.
+#[test]
+fn sigkill_keeps_a_prefix_of_a_chunked_write() {
+    let cycles = std::env::var(CYCLES_VAR)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CYCLES_DEFAULT)
+        .min(1000)
+        / 5
+        * 2;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0xC4C4);
+    let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let (mut writers_done, mut cut_whole, mut cut_none, mut cut_part) = (0, 0, 0, 0);
+    for cycle in 0..cycles {
+        let seed = cycle + 1;
+        let run = Duration::from_millis(rng.random_range(50..400));
+        let output = kill_child(dir.path(), seed, run, Some(CHILD_CHUNKS_VAR));
+        let mut in_flight: Option<(u64, bool, Vec<u64>)> = None;
+        for line in &output {
+            let parts: Vec<&str> = line.split(' ').collect();
+            match parts.as_slice() {
+                ["chunk", step, kind, keys @ ..] => {
+                    let keys = keys.iter().map(|k| k.parse().unwrap()).collect();
+                    in_flight = Some((step.parse().unwrap(), *kind == "del", keys));
+                }
+                ["done", step] => {
+                    let (chunk_step, deletes, keys) = in_flight.take().unwrap();
+                    assert_eq!(chunk_step, step.parse::<u64>().unwrap());
+                    for i in keys {
+                        if deletes {
+                            model.remove(&i);
+                        } else {
+                            model.insert(i, chunk_value(seed, chunk_step));
+                        }
+                    }
+                    writers_done += 1;
+                }
+                _ => {}
+            }
+        }
+        let db = batch_options().open(dir.path()).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("cycle {cycle}: check failed: {e}"));
+        let tree = db.tree("crash").unwrap();
+        let found = entries(&tree);
+        assert_eq!(tree.len().unwrap(), found.len() as u64, "cycle {cycle}");
+        if let Some((step, deletes, mut keys)) = in_flight {
+            let applied: Vec<bool> = if deletes {
+                // Keys absent before say nothing; the rest in key order.
+                keys.retain(|i| model.contains_key(i));
+                keys.sort_unstable();
+                keys.iter().map(|i| !found.contains_key(i)).collect()
+            } else {
+                let new = chunk_value(seed, step);
+                keys.iter().map(|i| found.get(i) == Some(&new)).collect()
+            };
+            assert!(
+                is_prefix(&applied),
+                "cycle {cycle}: the surviving operations of chunked write {step} are not a prefix: {applied:?}"
+            );
+            let survived = applied.iter().filter(|&&a| a).count();
+            match survived {
+                0 => cut_none += 1,
+                n if n == applied.len() => cut_whole += 1,
+                _ => cut_part += 1,
+            }
+            for (&i, &applied) in keys.iter().zip(&applied) {
+                if applied {
+                    if deletes {
+                        model.remove(&i);
+                    } else {
+                        model.insert(i, chunk_value(seed, step));
+                    }
+                }
+            }
+        }
+        assert!(
+            found == model,
+            "cycle {cycle}: the tree differs from the acknowledged chunked writes"
+        );
+        db.close().unwrap();
+    }
+    assert!(writers_done > 0, "no chunked write finished");
+    eprintln!(
+        "{cycles} SIGKILL cycles over chunked writes: {writers_done} finished, all present; the writer cut by the kill found whole {cut_whole} times, in part {cut_part} times, absent {cut_none} times"
     );
 }
 
