@@ -136,14 +136,8 @@ fn batch_child(dir: &Path, seed: u64) {
     writeln!(out).unwrap();
     let mut groups = 0;
     for step in 0.. {
-        let mut keys: Vec<u64> = Vec::new();
         let count = rng.random_range(BATCH_PUTS);
-        while (keys.len() as u64) < count {
-            let i = rng.random_range(0..KEY_SPACE);
-            if !keys.contains(&i) {
-                keys.push(i);
-            }
-        }
+        let keys = distinct_keys(&mut rng, count);
         let listed: Vec<String> = keys.iter().map(u64::to_string).collect();
         writeln!(out, "batch {step} {groups} {}", listed.join(" ")).unwrap();
         out.flush().unwrap();
@@ -182,13 +176,7 @@ fn chunk_child(dir: &Path, seed: u64) {
     for step in 0.. {
         let deletes = step % 3 == 2;
         let count = rng.random_range(CHUNK_OPS);
-        let mut keys: Vec<u64> = Vec::new();
-        while (keys.len() as u64) < count {
-            let i = rng.random_range(0..KEY_SPACE);
-            if !keys.contains(&i) {
-                keys.push(i);
-            }
-        }
+        let keys = distinct_keys(&mut rng, count);
         let kind = if deletes { "del" } else { "put" };
         let listed: Vec<String> = keys.iter().map(u64::to_string).collect();
         // One write of the whole line (under PIPE_BUF): a kill cannot cut
@@ -287,25 +275,71 @@ fn entries(tree: &barracuda::Tree) -> BTreeMap<u64, Vec<u8>> {
         .collect()
 }
 
-#[test]
-fn sigkill_keeps_batches_whole() {
-    let cycles = std::env::var(CYCLES_VAR)
+/// Cycles of the batch and chunked-writer tests: two fifths of the
+/// others'.
+fn batch_cycles() -> u64 {
+    std::env::var(CYCLES_VAR)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(CYCLES_DEFAULT)
         .min(1000)
         / 5
-        * 2;
+        * 2
+}
+
+/// `count` distinct key numbers.
+fn distinct_keys(rng: &mut SmallRng, count: u64) -> Vec<u64> {
+    let mut keys: Vec<u64> = Vec::new();
+    while (keys.len() as u64) < count {
+        let i = rng.random_range(0..KEY_SPACE);
+        if !keys.contains(&i) {
+            keys.push(i);
+        }
+    }
+    keys
+}
+
+/// Reopens the batch or chunked-writer child's database after a kill,
+/// checks it, and returns it with its entries, whose count `len` must
+/// agree with.
+fn reopen_checked(dir: &Path, cycle: u64) -> (Db, BTreeMap<u64, Vec<u8>>) {
+    let db = batch_options().open(dir).unwrap();
+    db.check()
+        .unwrap_or_else(|e| panic!("cycle {cycle}: check failed: {e}"));
+    let tree = db.tree("crash").unwrap();
+    let found = entries(&tree);
+    assert_eq!(tree.len().unwrap(), found.len() as u64, "cycle {cycle}");
+    (db, found)
+}
+
+/// Runs the batch or chunked-writer tests' kill cycles of the child
+/// `mode` in one directory, each for a random time drawn from `rng_seed`,
+/// and hands `check` the directory, the cycle, the child's seed and what
+/// it printed. Returns the number of cycles.
+fn kill_cycles(
+    mode: &str,
+    rng_seed: u64,
+    mut check: impl FnMut(&Path, u64, u64, &[String]),
+) -> u64 {
+    let cycles = batch_cycles();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let mut rng = SmallRng::seed_from_u64(0xBA7C);
-    let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-    let (mut batches_done, mut spanning, mut cut_found_whole, mut cut_found_none) = (0, 0, 0, 0);
+    let mut rng = SmallRng::seed_from_u64(rng_seed);
     for cycle in 0..cycles {
         let seed = cycle + 1;
         let run = Duration::from_millis(rng.random_range(50..400));
-        let output = kill_child(dir.path(), seed, run, Some(CHILD_BATCHES_VAR));
+        let output = kill_child(dir.path(), seed, run, Some(mode));
+        check(dir.path(), cycle, seed, &output);
+    }
+    cycles
+}
+
+#[test]
+fn sigkill_keeps_batches_whole() {
+    let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let (mut batches_done, mut spanning, mut cut_found_whole, mut cut_found_none) = (0, 0, 0, 0);
+    let cycles = kill_cycles(CHILD_BATCHES_VAR, 0xBA7C, |dir, cycle, seed, output| {
         let mut in_flight: Option<(u64, Vec<u64>)> = None;
-        for line in &output {
+        for line in output {
             let parts: Vec<&str> = line.split(' ').collect();
             match parts.as_slice() {
                 ["batch", step, groups, keys @ ..] => {
@@ -324,12 +358,7 @@ fn sigkill_keeps_batches_whole() {
                 _ => {}
             }
         }
-        let db = batch_options().open(dir.path()).unwrap();
-        db.check()
-            .unwrap_or_else(|e| panic!("cycle {cycle}: check failed: {e}"));
-        let tree = db.tree("crash").unwrap();
-        let found = entries(&tree);
-        assert_eq!(tree.len().unwrap(), found.len() as u64, "cycle {cycle}");
+        let (db, found) = reopen_checked(dir, cycle);
         // The batch in flight is there whole or not at all.
         if let Some((step, keys)) = in_flight {
             let new = value(seed, step);
@@ -353,7 +382,7 @@ fn sigkill_keeps_batches_whole() {
             "cycle {cycle}: the tree differs from the acknowledged batches"
         );
         db.close().unwrap();
-    }
+    });
     assert!(
         spanning > batches_done / 2,
         "{spanning} of {batches_done} batches spanned several log groups"
@@ -375,23 +404,11 @@ fn is_prefix(applied: &[bool]) -> bool {
 /// that survive are those of the smallest keys.
 #[test]
 fn sigkill_keeps_a_prefix_of_a_chunked_write() {
-    let cycles = std::env::var(CYCLES_VAR)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CYCLES_DEFAULT)
-        .min(1000)
-        / 5
-        * 2;
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let mut rng = SmallRng::seed_from_u64(0xC4C4);
     let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     let (mut writers_done, mut cut_whole, mut cut_none, mut cut_part) = (0, 0, 0, 0);
-    for cycle in 0..cycles {
-        let seed = cycle + 1;
-        let run = Duration::from_millis(rng.random_range(50..400));
-        let output = kill_child(dir.path(), seed, run, Some(CHILD_CHUNKS_VAR));
+    let cycles = kill_cycles(CHILD_CHUNKS_VAR, 0xC4C4, |dir, cycle, seed, output| {
         let mut in_flight: Option<(u64, bool, Vec<u64>)> = None;
-        for line in &output {
+        for line in output {
             let parts: Vec<&str> = line.split(' ').collect();
             match parts.as_slice() {
                 ["chunk", step, kind, keys @ ..] => {
@@ -413,12 +430,7 @@ fn sigkill_keeps_a_prefix_of_a_chunked_write() {
                 _ => {}
             }
         }
-        let db = batch_options().open(dir.path()).unwrap();
-        db.check()
-            .unwrap_or_else(|e| panic!("cycle {cycle}: check failed: {e}"));
-        let tree = db.tree("crash").unwrap();
-        let found = entries(&tree);
-        assert_eq!(tree.len().unwrap(), found.len() as u64, "cycle {cycle}");
+        let (db, found) = reopen_checked(dir, cycle);
         if let Some((step, deletes, mut keys)) = in_flight {
             let applied: Vec<bool> = if deletes {
                 // Keys absent before say nothing; the rest in key order.
@@ -454,7 +466,7 @@ fn sigkill_keeps_a_prefix_of_a_chunked_write() {
             "cycle {cycle}: the tree differs from the acknowledged chunked writes"
         );
         db.close().unwrap();
-    }
+    });
     assert!(writers_done > 0, "no chunked write finished");
     eprintln!(
         "{cycles} SIGKILL cycles over chunked writes: {writers_done} finished, all present; the writer cut by the kill found whole {cut_whole} times, in part {cut_part} times, absent {cut_none} times"
