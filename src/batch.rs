@@ -367,7 +367,7 @@ const CHUNKED_DELETE_BYTES: usize = 64 << 20;
 ///   policy leaves full, and the next random puts would split them again:
 ///   in `examples/profile_rows.rs` (`single`), 1,000 random puts after a
 ///   load in key order split 648 leaves and took 334 to 352 ms, against
-///   235 to 259 ms after a load in random order.
+///   211 to 297 ms after a load in random order.
 /// - A run of deletes (up to the next put, [`ChunkedWriter::finish`], or
 ///   64 MiB of keys) is applied in key order as a whole: the deletes then
 ///   empty one leaf after the other, its path in the CPU's caches.
