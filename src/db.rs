@@ -476,8 +476,7 @@ impl Db {
 
     /// Makes every write so far durable (useful under `NoSync`).
     pub fn sync(&self) -> Result<()> {
-        let wal = &self.inner.wal;
-        wal.flush_to(wal.next_lsn())
+        self.inner.make_durable(Durability::Sync)
     }
 
     /// Runs a checkpoint now: writes every dirty page and moves the log's
