@@ -117,6 +117,13 @@ pub struct LoadArgs {
     /// Lines per durable commit.
     #[arg(long, default_value_t = 1)]
     batch: usize,
+    /// Applies every line through one `Db::chunked_writer` instead: atomic
+    /// parts, one sync at the end, a run of deletes in key order; not
+    /// atomic as a whole, and `committed K` is printed once, at the end. A
+    /// bad line stops the load after the lines before it are applied and
+    /// synced. For bulk loads and mass deletes. `--batch` is ignored.
+    #[arg(long)]
+    chunked: bool,
 }
 
 /// Runs an admin command. An error (also "damaged" and "not found") makes
@@ -362,7 +369,11 @@ fn load(args: &LoadArgs) -> anyhow::Result<()> {
         Box::new(std::io::BufReader::new(file))
     };
     let db = open(&args.db, true)?;
-    let result = load_lines(&db, input, args.batch);
+    let result = if args.chunked {
+        load_chunked(&db, input)
+    } else {
+        load_lines(&db, input, args.batch)
+    };
     let closed = db.close();
     result?;
     closed?;
@@ -407,6 +418,75 @@ fn load_lines(db: &Db, input: Box<dyn BufRead>, batch_lines: usize) -> anyhow::R
         stdout.flush()?;
     }
     Ok(())
+}
+
+/// Applies the lines of `input` through one chunked writer (`load
+/// --chunked`), then syncs and prints `committed K`. A line that cannot be
+/// read, parsed or written stops the load; the lines before it are
+/// applied and synced first.
+fn load_chunked(db: &Db, input: Box<dyn BufRead>) -> anyhow::Result<()> {
+    let mut trees: HashMap<String, Tree> = HashMap::new();
+    let mut writer = db.chunked_writer_with(Durability::Sync);
+    let mut applied_count = 0usize;
+    let mut stopped = None;
+    let bar = ProgressBar::new_spinner().with_style(
+        ProgressStyle::with_template("{spinner} loading: {pos} lines {per_sec}")
+            .context("progress template")?,
+    );
+    for (index, line) in input.lines().enumerate() {
+        let line_number = index + 1;
+        let written = line
+            .with_context(|| format!("reading line {line_number}"))
+            .and_then(|line| {
+                let text = line.trim();
+                if text.is_empty() || text.starts_with('#') {
+                    return Ok(false);
+                }
+                let op = parse_op(text).with_context(|| format!("line {line_number}: {text:?}"))?;
+                if !trees.contains_key(&op.tree) {
+                    let tree = match op.value {
+                        Some(_) => Some(db.tree(&op.tree)?),
+                        // A delete from a tree that does not exist does nothing.
+                        None => db.open_tree(&op.tree).ok(),
+                    };
+                    if let Some(tree) = tree {
+                        trees.insert(op.tree.clone(), tree);
+                    }
+                }
+                let tree = trees.get(&op.tree);
+                if let Some(tree) = tree {
+                    match &op.value {
+                        Some(value) => writer.put(tree, &op.key, value),
+                        None => writer.delete(tree, &op.key),
+                    }
+                    .with_context(|| format!("line {line_number}: {text:?}"))?;
+                }
+                Ok(true)
+            });
+        match written {
+            Ok(counted) => {
+                applied_count += usize::from(counted);
+                if applied_count.is_multiple_of(10_000) {
+                    bar.set_position(applied_count as u64);
+                }
+            }
+            Err(error) => {
+                stopped = Some(error);
+                break;
+            }
+        }
+    }
+    writer.finish().context("finishing the chunked write")?;
+    bar.finish_and_clear();
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "committed {applied_count}")?;
+    stdout.flush()?;
+    match stopped {
+        Some(error) => Err(error.context(format!(
+            "stopped; the {applied_count} lines before it are applied"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Writes `ops` as one durable batch. Trees that the batch puts into are

@@ -89,6 +89,45 @@ fn load_then_dump_round_trips() {
     ok(&["check", db]);
 }
 
+/// `load --chunked`: one chunked writer for the whole file, `committed K`
+/// once; deletes of a tree's every key leave it empty; a bad line stops
+/// the load after the lines before it.
+#[test]
+fn load_chunked_applies_every_line_and_stops_at_a_bad_one() {
+    let dir = tempdir();
+    let (db, file, expected) = ops_file(dir.path(), 3000);
+    let db = db.as_str();
+    assert_eq!(
+        ok(&["load", db, "--ops", &file, "--chunked"]),
+        "committed 3000\n"
+    );
+    assert_eq!(ok(&["dump", db]), expected);
+    ok(&["check", db]);
+    // Delete every key of tree b, in reverse order, then a bad line.
+    let deletes: String = (0..3000)
+        .rev()
+        .filter(|i| i % 3 == 0)
+        .map(|i| format!("del b {}\n", hex(format!("key{i:06}").as_bytes())))
+        .collect();
+    let file = dir.path().join("deletes.txt");
+    std::fs::write(
+        &file,
+        deletes + "del nosuchtree 01\nput a zz 00\nput a 01 01\n",
+    )
+    .unwrap();
+    let output = barracuda(&["load", db, "--ops", file.to_str().unwrap(), "--chunked"]);
+    assert!(!output.status.success());
+    assert_eq!(stdout(&output), "committed 1001\n");
+    assert!(text(&output).contains("line 1002"), "{}", text(&output));
+    let only_a: String = expected
+        .lines()
+        .filter(|l| l.starts_with("a "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(ok(&["dump", db]), only_a);
+    ok(&["check", db]);
+}
+
 #[test]
 fn compact_keeps_the_dump_and_checks() {
     let dir = tempdir();
