@@ -124,16 +124,26 @@ fn crash_child() {
     }
 }
 
+/// What the batch and chunked-writer children start with: the database
+/// (with [`batch_options`]), its tree, the seeded generator, and stdout,
+/// past the test harness's unfinished line.
+fn batch_child_setup(
+    dir: &Path,
+    seed: u64,
+) -> (Db, barracuda::Tree, SmallRng, std::io::StdoutLock<'static>) {
+    let db = batch_options().open(dir).unwrap();
+    let tree = db.tree("crash").unwrap();
+    let mut out = std::io::stdout().lock();
+    // The test harness printed "test crash_child ... " without a newline.
+    writeln!(out).unwrap();
+    (db, tree, SmallRng::seed_from_u64(seed), out)
+}
+
 /// The batch child: writes batches of distinct keys until killed. Before
 /// each it prints `batch STEP GROUPS I...` (the groups its last batch took),
 /// after it returns (durable) `done STEP`.
 fn batch_child(dir: &Path, seed: u64) {
-    let db = batch_options().open(dir).unwrap();
-    let tree = db.tree("crash").unwrap();
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    writeln!(out).unwrap();
+    let (db, tree, mut rng, mut out) = batch_child_setup(dir, seed);
     let mut groups = 0;
     for step in 0.. {
         let count = rng.random_range(BATCH_PUTS);
@@ -167,12 +177,7 @@ fn chunk_value(seed: u64, step: u64) -> Vec<u8> {
 /// third. Before each it prints `chunk STEP put|del I...`, after its
 /// `finish` returns (durable) `done STEP`.
 fn chunk_child(dir: &Path, seed: u64) {
-    let db = batch_options().open(dir).unwrap();
-    let tree = db.tree("crash").unwrap();
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    writeln!(out).unwrap();
+    let (db, tree, mut rng, mut out) = batch_child_setup(dir, seed);
     for step in 0.. {
         let deletes = step % 3 == 2;
         let count = rng.random_range(CHUNK_OPS);
