@@ -14,9 +14,9 @@
 //! durable up to an LSN with one write and one `sync_data` for everything
 //! buffered (group commit: writers that arrive during a sync share the next
 //! one). A buffer that fills is flushed by the log writer thread, if one
-//! runs ([`Wal::run_log_writer`]), while appends go on. Every flush starts at a sector boundary with a flush-start marker
-//! and is padded with zeros to the next boundary, so no synced sector is
-//! ever rewritten.
+//! runs ([`Wal::run_log_writer`]), while appends go on. Every flush starts
+//! at a sector boundary with a flush-start marker and is padded with zeros
+//! to the next boundary, so no synced sector is ever rewritten.
 //!
 //! The file grows with the ring's first lap: a new log, or one restarted
 //! empty ([`Wal::restart_ring`]: at a clean close, after a compaction),
