@@ -360,8 +360,8 @@ const CHUNKED_DELETE_BYTES: usize = 64 << 20;
 /// (not synced) and the pending ones are discarded.
 ///
 /// - Each part takes at most a quarter of what one atomic write may hold
-///   (by log bytes and by pinned pool pages, [`CHUNK_SHARE`]) and holds
-///   its operations in key order.
+///   (by log bytes and by pinned pool pages) and holds its operations in
+///   key order.
 /// - Puts are applied 4 MiB at a time, in the order written across parts.
 ///   Puts in key order would be an ascending stream, whose pages the split
 ///   policy leaves full, and the next random puts would split them again:
