@@ -49,6 +49,11 @@ impl TreeEntry {
     pub(crate) fn file_name(&self) -> String {
         format!("tree-{:05}.bdb", self.id)
     }
+
+    /// The tree's doublewrite file name (see `barracuda_pool::FileService`).
+    pub(crate) fn doublewrite_file_name(&self) -> String {
+        format!("tree-{:05}.dbw", self.id)
+    }
 }
 
 /// The contents of `CATALOG`.

@@ -295,6 +295,29 @@ pub(crate) struct DbInner {
     log_writer: Mutex<Option<JoinHandle<()>>>,
     /// Released at close, even while `Tree` handles live on.
     lock: Mutex<Option<DirLock>>,
+    /// What the open that made this database recovered.
+    recovery: RecoveryStats,
+}
+
+/// What [`Db::open`] did to recover ([`Db::recovery_stats`]). All zero
+/// after a clean close, but for `checkpoint_lsn`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecoveryStats {
+    /// Where replay started: the last checkpoint's LSN.
+    pub checkpoint_lsn: u64,
+    /// Pages written back from the trees' doublewrite areas because their
+    /// blocks in the data files were torn (or older than the copy).
+    pub pages_restored: u64,
+    /// Pages that replay changed.
+    pub pages_replayed: u64,
+    /// Logged page images installed (a page created since the checkpoint).
+    pub images_installed: u64,
+    /// Logged changes of a page applied to it.
+    pub changes_applied: u64,
+    /// Logged changes skipped because the page's block in the data file
+    /// already held them (it was written after them).
+    pub changes_skipped: u64,
 }
 
 /// An embedded key-value store: named B+trees over compressed pages. See the
@@ -336,21 +359,28 @@ impl Db {
             .queue_depth(options.io_queue_depth);
         let durable = Arc::new(WalDurable::default());
         let mut pools = HashMap::new();
+        let mut recovery = RecoveryStats::default();
         for entry in &catalog.trees {
-            let opened = open_pool(dir, entry, &options, &io_options, &durable)?;
-            pools.insert(entry.id, opened);
+            let (pool, file, restored) = open_pool(dir, entry, &options, &io_options, &durable)?;
+            recovery.pages_restored += restored as u64;
+            pools.insert(entry.id, (pool, file));
         }
         let wal_path = dir.join(LOG_FILE_NAME);
         let wal_file = options.wrap(&wal_path, barracuda_io::open(&wal_path, &io_options)?);
         let wal_options = WalOptions::default().ring_bytes(options.log_bytes);
-        let mut replayed = HashSet::new();
+        let mut replayed = HashMap::new();
         let started = Instant::now();
         let (wal, checkpoint) = Wal::open(wal_file, &wal_options, |group| {
-            replay(&pools, group, &mut replayed)
+            replay(&pools, group, &mut replayed, &mut recovery)
         })?;
+        recovery.checkpoint_lsn = checkpoint.lsn.0;
+        recovery.pages_replayed = replayed.len() as u64;
         tracing::info!(
             checkpoint = checkpoint.lsn.0,
             pages = replayed.len(),
+            restored = recovery.pages_restored,
+            applied = recovery.changes_applied,
+            skipped = recovery.changes_skipped,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "recovered"
         );
@@ -375,6 +405,7 @@ impl Db {
             wake: Condvar::new(),
             background: Mutex::new(None),
             lock: Mutex::new(Some(lock)),
+            recovery,
         });
         // Files of an interrupted compaction (or tree creation): their
         // trees are not in the catalog, and recovery skipped their log
@@ -384,7 +415,7 @@ impl Db {
             let Some((pool, file)) = pools.remove(&entry.id) else {
                 unreachable!("every catalog tree has a pool");
             };
-            let meta_known = replayed.contains(&(entry.id, PageId(0))) || file.len()? > 0;
+            let meta_known = replayed.contains_key(&(entry.id, PageId(0))) || file.len()? > 0;
             let tree = inner.attach_tree(entry, pool, file, meta_known)?;
             inner.trees.write().push(TreeSlot::new(tree));
         }
@@ -477,6 +508,12 @@ impl Db {
     /// Makes every write so far durable (useful under `NoSync`).
     pub fn sync(&self) -> Result<()> {
         self.inner.make_durable(Durability::Sync)
+    }
+
+    /// What opening this database recovered: torn pages restored from the
+    /// doublewrite areas, and the log's changes applied or skipped.
+    pub fn recovery_stats(&self) -> RecoveryStats {
+        self.inner.recovery
     }
 
     /// Runs a checkpoint now: writes every dirty page and moves the log's
@@ -599,14 +636,16 @@ impl Drop for Db {
     }
 }
 
-/// Opens the data file and buffer pool of one tree.
+/// Opens the data file, doublewrite area and buffer pool of one tree,
+/// restoring torn pages from the area first. Returns the pool, the data
+/// file and how many pages were restored.
 fn open_pool(
     dir: &Path,
     entry: &TreeEntry,
     options: &Options,
     io_options: &IoOptions,
     durable: &Arc<WalDurable>,
-) -> Result<(Arc<BufferPool>, Arc<dyn BlockFile>)> {
+) -> Result<(Arc<BufferPool>, Arc<dyn BlockFile>, usize)> {
     let tree_options = entry.options();
     let page = tree_options.page_size_bytes;
     let block_size = tree_options.effective_block_size();
@@ -627,13 +666,41 @@ fn open_pool(
     if !options.device_latency.is_zero() {
         file = Arc::new(FaultFile::with_latency(file, options.device_latency));
     }
+    let doublewrite_path = dir.join(entry.doublewrite_file_name());
+    let doublewrite = options.wrap(
+        &doublewrite_path,
+        barracuda_io::open(&doublewrite_path, io_options)?,
+    );
+    if file.len()? == 0 {
+        // A new tree, or one no checkpoint has synced yet, whose every page
+        // is imaged in the log: copies in an old area (of a tree that had
+        // this id before) must not be restored into it.
+        doublewrite.set_len(0)?;
+    }
+    let unit_bytes = if geometry.is_uncompressed() {
+        page
+    } else {
+        geometry.block_size_bytes()
+    };
+    let file_service = FileService::new(Arc::clone(&file))
+        .with_queue_depth(QUEUE_DEPTH)
+        .with_doublewrite(doublewrite, unit_bytes)?;
+    let restored = file_service.restore_torn_pages()?;
+    if restored.restored > 0 {
+        tracing::warn!(
+            file = %path.display(),
+            copies = restored.copies,
+            restored = restored.restored,
+            "pages restored from the doublewrite area"
+        );
+    }
     let durable_lsn: Arc<dyn DurableLsn> = durable.clone();
     let services = Services {
         codec: Arc::new(CodecService::new(
             tree_options.compression.codec(),
             geometry,
         )?),
-        file: Arc::new(FileService::new(Arc::clone(&file)).with_queue_depth(QUEUE_DEPTH)),
+        file: Arc::new(file_service),
         durable_lsn,
         clock: None,
     };
@@ -645,14 +712,19 @@ fn open_pool(
         .huge_pages(options.huge_pages);
     // Shared, so that read-ahead is installed on the pool's own thread.
     let pool = BufferPool::open_shared(config, services)?;
-    Ok((pool, file))
+    Ok((pool, file, restored.restored))
 }
 
-/// Replays one logged group into the pools.
+/// Replays one logged group into the pools. `replayed` maps each page
+/// replayed so far to the LSN its changes apply after: the LSN of its
+/// block in the data file when its first entry was patches (the changes
+/// the block holds are skipped), or zero after an image (every later
+/// change applies).
 fn replay(
     pools: &HashMap<u16, (Arc<BufferPool>, Arc<dyn BlockFile>)>,
     group: &LoggedGroup,
-    replayed: &mut HashSet<(u16, PageId)>,
+    replayed: &mut HashMap<(u16, PageId), Lsn>,
+    stats: &mut RecoveryStats,
 ) -> Result<()> {
     for entry in group.entries()? {
         match entry {
@@ -664,7 +736,8 @@ fn replay(
                     continue;
                 };
                 pool.install_image(page_id, &block, group.end_lsn)?;
-                replayed.insert((tree_id, page_id));
+                replayed.insert((tree_id, page_id), Lsn(0));
+                stats.images_installed += 1;
             }
             RedoEntry::Patches { page_id, patches } => {
                 let (tree_id, page_id) = split_logged_page_id(page_id);
@@ -672,6 +745,15 @@ fn replay(
                     continue;
                 };
                 let mut guard = pool.fix_exclusive(page_id)?;
+                let after = *replayed
+                    .entry((tree_id, page_id))
+                    .or_insert_with(|| barracuda_codec::header_lsn(guard.page()));
+                if group.end_lsn <= after {
+                    // The data file's block was written after this change.
+                    stats.changes_skipped += 1;
+                    continue;
+                }
+                stats.changes_applied += 1;
                 for (offset, bytes) in patches {
                     guard.write(offset as usize, bytes)?;
                 }
@@ -681,7 +763,6 @@ fn replay(
                         reason: "a logged change no longer fits its page's block",
                     });
                 }
-                replayed.insert((tree_id, page_id));
             }
         }
     }
@@ -800,7 +881,7 @@ impl DbInner {
         &self,
         entry: &TreeEntry,
     ) -> Result<(Arc<BufferPool>, Arc<dyn BlockFile>)> {
-        let (pool, file) = open_pool(
+        let (pool, file, _) = open_pool(
             &self.dir,
             entry,
             &self.options,
@@ -1027,7 +1108,7 @@ impl DbInner {
             let mut imaged_now = PageIdSet::default();
             for page_id in touched {
                 let logged = logged_page_id(tree.entry.id, page_id);
-                if imaged.contains(&logged) {
+                if imaged.contains(&logged) || !pool.is_unwritten(page_id) {
                     continue;
                 }
                 let guard = pool.fix_shared(page_id)?;

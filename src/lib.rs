@@ -46,7 +46,7 @@ pub use barracuda_io::FlushMethod;
 pub use barracuda_pool::{EvictionPolicy, PoolStatus};
 pub use batch::{ChunkedWriter, WriteBatch};
 pub use catalog::CATALOG_FILE_NAME;
-pub use db::{CompactStats, CompactStep, Db, LOG_FILE_NAME};
+pub use db::{CompactStats, CompactStep, Db, LOG_FILE_NAME, RecoveryStats};
 pub use error::{Error, Result};
 pub use options::{
     Compression, Durability, FileWrapper, IO_QUEUE_DEPTH_DEFAULT, Options, TreeOptions,

@@ -55,6 +55,7 @@ fn assert_same(tree: &barracuda::Tree, model: &Model) {
     assert!(all == expected, "tree differs from the model");
 }
 
+/// The tree files of `dir`: data files and their doublewrite files.
 fn tree_files(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
@@ -102,7 +103,7 @@ fn compacts_and_shrinks(compression: Compression) {
     tree.check().unwrap();
     db.check().unwrap();
     assert_same(&tree, &model);
-    assert_eq!(tree_files(dir.path()), ["tree-00002.bdb"]);
+    assert_eq!(tree_files(dir.path()), ["tree-00002.bdb", "tree-00002.dbw"]);
     db.close().unwrap();
 
     let db = options().open(dir.path()).unwrap();
@@ -218,11 +219,11 @@ fn handles_and_iterators_follow_the_swap() {
 #[test]
 fn crash_after_each_compaction_step_reopens_old_or_new_tree() {
     let steps = [
-        (CompactStep::Formatted, "tree-00001.bdb"),
-        (CompactStep::FirstBatch, "tree-00001.bdb"),
-        (CompactStep::Copied, "tree-00001.bdb"),
-        (CompactStep::Checkpointed, "tree-00001.bdb"),
-        (CompactStep::CatalogSwapped, "tree-00002.bdb"),
+        (CompactStep::Formatted, "tree-00001"),
+        (CompactStep::FirstBatch, "tree-00001"),
+        (CompactStep::Copied, "tree-00001"),
+        (CompactStep::Checkpointed, "tree-00001"),
+        (CompactStep::CatalogSwapped, "tree-00002"),
     ];
     for (step, file) in steps {
         let dir = tempdir();
@@ -235,7 +236,11 @@ fn crash_after_each_compaction_step_reopens_old_or_new_tree() {
 
         let db = options().open(dir.path()).unwrap();
         db.check().unwrap();
-        assert_eq!(tree_files(dir.path()), [file], "after {step:?}");
+        assert_eq!(
+            tree_files(dir.path()),
+            [format!("{file}.bdb"), format!("{file}.dbw")],
+            "after {step:?}"
+        );
         let tree = db.open_tree("t").unwrap();
         assert_same(&tree, &model);
         tree.put(b"after", b"crash").unwrap();
@@ -288,7 +293,7 @@ fn a_compaction_cancelled_by_its_callback_changes_nothing() {
         "{cancelled:?}"
     );
     assert_eq!(calls, 2, "stopped at the second batch");
-    assert_eq!(tree_files(dir.path()), ["tree-00001.bdb"]);
+    assert_eq!(tree_files(dir.path()), ["tree-00001.bdb", "tree-00001.dbw"]);
     assert_eq!(tree.file_bytes().unwrap(), file_bytes);
     assert_same(&tree, &model);
     tree.put(b"after", b"cancel").unwrap();

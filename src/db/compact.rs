@@ -315,12 +315,9 @@ impl DbInner {
         }
         let old = slot.replace(new);
         old.cleaner.lock().take();
-        let path = self.dir.join(old.entry.file_name());
         // Readers still on the old tree keep its file open; a failure here
         // leaves an orphan that the next open deletes.
-        if let Err(e) = std::fs::remove_file(&path) {
-            tracing::warn!("compaction: cannot delete {}: {e}", path.display());
-        }
+        remove_tree_files(&self.dir, &old.entry);
         Ok(())
     }
 
@@ -329,15 +326,24 @@ impl DbInner {
     /// replayed onto a later tree that reuses its id.
     fn abandon(&self, state: &mut WriteState, new: Arc<TreeInner>) {
         new.cleaner.lock().take();
-        let path = self.dir.join(new.entry.file_name());
+        let entry = new.entry.clone();
         drop(new);
-        if let Err(e) = std::fs::remove_file(&path) {
-            tracing::warn!("compaction: cannot delete {}: {e}", path.display());
-        }
+        remove_tree_files(&self.dir, &entry);
         if self.failure.lock().is_none()
             && let Err(e) = self.checkpoint_locked(state, &[])
         {
             self.fail(&e);
+        }
+    }
+}
+
+/// Deletes a tree's data file and doublewrite file, warning on failure
+/// (the next open deletes what is left).
+fn remove_tree_files(dir: &Path, entry: &TreeEntry) {
+    for name in [entry.file_name(), entry.doublewrite_file_name()] {
+        let path = dir.join(name);
+        if let Err(e) = std::fs::remove_file(&path) {
+            tracing::warn!("compaction: cannot delete {}: {e}", path.display());
         }
     }
 }
@@ -347,14 +353,19 @@ impl DbInner {
 /// of one interrupted after it, or a tree created but never cataloged.
 /// Returns how many it deleted.
 pub(super) fn remove_orphan_files(dir: &Path, catalog: &Catalog) -> Result<usize> {
-    let known: HashSet<String> = catalog.trees.iter().map(TreeEntry::file_name).collect();
+    let known: HashSet<String> = catalog
+        .trees
+        .iter()
+        .flat_map(|entry| [entry.file_name(), entry.doublewrite_file_name()])
+        .collect();
     let entries =
         std::fs::read_dir(dir).map_err(|e| directory_error(dir, format!("cannot list: {e}")))?;
     let mut removed = 0;
     for entry in entries {
         let entry = entry.map_err(|e| directory_error(dir, format!("cannot list: {e}")))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("tree-") || !name.ends_with(".bdb") || known.contains(&name) {
+        let tree_file = name.ends_with(".bdb") || name.ends_with(".dbw");
+        if !name.starts_with("tree-") || !tree_file || known.contains(&name) {
             continue;
         }
         std::fs::remove_file(entry.path())

@@ -20,9 +20,9 @@
 //!     48    . payload          opaque to the log (the Db's catalog root, ...)
 //! ```
 //!
-//! Version 1 slots (no flags, the payload at 40) and version 2 slots (bit 0
+//! Version 1 slots (no flags, the payload at 40), version 2 slots (bit 0
 //! meant "cut off at a clean close": a growing ring of which the file holds
-//! nothing) are still read.
+//! nothing) and version 3 slots (logs that image pages) are still read.
 
 use barracuda_codec::Lsn;
 
@@ -34,10 +34,19 @@ pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"BRCK");
 /// Version of the slot layout above. Version 3 gave flag bit 0 the wider
 /// meaning "growing": a build that knew only version 2 would take a growing
 /// ring for an empty one and skip its records, so it must refuse the slot.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 3;
+/// Version 4 (same layout) means the log no longer images a page before
+/// its first change after a checkpoint: recovery starts from the data
+/// file's blocks, which the doublewrite areas keep whole, and skips the
+/// changes a block already holds. A version 3 build would apply them again,
+/// so it must refuse the slot.
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 4;
 
 /// The version whose flag bit 0 meant "cut off at a clean close".
 const CHECKPOINT_V2: u32 = 2;
+
+/// The version whose logs image every page before its first change after
+/// a checkpoint (still read: such a log replays the same way).
+const CHECKPOINT_V3: u32 = 3;
 
 /// Bytes of a slot header before the payload.
 pub const CHECKPOINT_HEADER_BYTES: usize = 48;
@@ -122,7 +131,9 @@ impl Checkpoint {
         }
         let (header_bytes, flags) = match u32_at(4) {
             1 => (CHECKPOINT_V1_HEADER_BYTES, 0),
-            CHECKPOINT_V2 | CHECKPOINT_FORMAT_VERSION => (CHECKPOINT_HEADER_BYTES, u32_at(40)),
+            CHECKPOINT_V2 | CHECKPOINT_V3 | CHECKPOINT_FORMAT_VERSION => {
+                (CHECKPOINT_HEADER_BYTES, u32_at(40))
+            }
             _ => return Err(corrupted("unknown format version")),
         };
         let payload_len = u32_at(32) as usize;

@@ -108,6 +108,16 @@ pub fn read_header(block: &[u8]) -> Result<BlockHeader> {
     parse_checked(block, None)
 }
 
+/// The LSN field of a block's header, or of the copy of it that a page's
+/// reserved bytes hold after decompression (the LSN the block carried when
+/// it was read), unchecked. A page created in memory reads 0.
+///
+/// # Panics
+/// If `bytes` is shorter than a block header.
+pub fn header_lsn(bytes: &[u8]) -> Lsn {
+    Lsn(read_u64(bytes, LSN_AT))
+}
+
 /// Checks a block just read from disk: magic, checksum, version, codec,
 /// lengths, the bounds of every modification-log entry, and that it belongs
 /// to `expected_page_id`. Errors name `expected_page_id`.

@@ -71,7 +71,8 @@ pub use error::{CodecError, Result};
 pub use format::{
     BLOCK_HEADER_BYTES, BLOCK_MAGIC, BlockHeader, BlockInfo, FORMAT_VERSION,
     LOG_ENTRY_HEADER_BYTES, LogEntries, PAGE_HEADER_RESERVED_BYTES, PatchOutcome, UNKNOWN_PAGE_ID,
-    append_patch, block_checksum, check_invariants, log_entries, read_header, seal, verify,
+    append_patch, block_checksum, check_invariants, header_lsn, log_entries, read_header, seal,
+    verify,
 };
 pub use geometry::{
     BLOCK_SIZE_BYTES_MIN, BlockSize, COMPRESSED_BLOCK_SIZE_BYTES_MAX, Geometry,

@@ -14,6 +14,7 @@ use barracuda_io::{AlignedBuf, BlockFile, CompletionSender, IoRequest};
 use parking_lot::Mutex;
 
 use crate::backend::{AppendOutcome, CompressOutcome, PageCodec, PageFile};
+use crate::doublewrite::Doublewrite;
 use crate::error::{PoolError, Result};
 use crate::status::CodecCounters;
 
@@ -169,6 +170,8 @@ pub struct FileService {
     queue_depth: usize,
     /// What the file holds, read from it at the first write.
     extent: Mutex<Option<Extent>>,
+    /// Where page writes go first ([`FileService::with_doublewrite`]).
+    pub(crate) doublewrite: Option<Doublewrite>,
 }
 
 /// How far a [`FileService`]'s file holds pages and, past them, zeros.
@@ -201,6 +204,7 @@ impl FileService {
             file,
             queue_depth: FILE_QUEUE_DEPTH_DEFAULT,
             extent: Mutex::new(None),
+            doublewrite: None,
         }
     }
 
@@ -332,6 +336,7 @@ impl PageFile for FileService {
     }
 
     fn trim(&self) -> Result<()> {
+        self.empty_doublewrite()?;
         let mut guard = self.extent.lock();
         let Some(mut extent) = *guard else {
             return Ok(());
@@ -366,6 +371,16 @@ impl PageFile for FileService {
     }
 
     fn write_batch(&self, requests: Vec<IoRequest>) -> Vec<(u64, Result<()>)> {
+        match &self.doublewrite {
+            Some(doublewrite) => self.write_batch_doubled(doublewrite, requests),
+            None => self.write_batch_home(requests),
+        }
+    }
+}
+
+impl FileService {
+    /// Writes `requests` to their places in the data file.
+    pub(crate) fn write_batch_home(&self, requests: Vec<IoRequest>) -> Vec<(u64, Result<()>)> {
         let count = requests.len();
         let end = requests
             .iter()

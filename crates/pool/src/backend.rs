@@ -76,8 +76,9 @@ pub trait PageFile: Send + Sync {
     fn sync_data(&self) -> Result<()>;
 
     /// Gives back what the file holds past its last page (zeros written
-    /// ahead of the pages), and syncs the new length. Call it with no page
-    /// write running. The default holds nothing extra.
+    /// ahead of the pages) and its doublewrite area if it has one, and
+    /// syncs the new lengths. Call it with no page write running. The
+    /// default holds nothing extra.
     fn trim(&self) -> Result<()> {
         Ok(())
     }

@@ -188,4 +188,8 @@ pub(crate) struct Dirty {
     /// Commits since the page was cached: a write copied at one version
     /// cleans the page only if no commit came after the copy.
     pub(crate) version: u64,
+    /// Created in memory ([`crate::BufferPool::create`]) and not written to
+    /// the file since: the file holds no block of it that recovery could
+    /// start from ([`crate::BufferPool::is_unwritten`]).
+    pub(crate) unwritten: bool,
 }

@@ -13,6 +13,16 @@ use crate::arena::NIL;
 use crate::error::Result;
 use crate::pool::BufferPool;
 
+/// How many pages from the LRU list's tail [`BufferPool::flush_victims`]
+/// looks at for dirty pages to write with a victim (InnoDB's
+/// `innodb_lru_scan_depth` is per buffer pool instance and larger; this
+/// bounds the work under the pool mutex).
+pub(crate) const LRU_FLUSH_SCAN_MAX: usize = 256;
+
+/// While memory is short, the background flusher writes the LRU list's
+/// tail this many times per interval.
+const LRU_FLUSH_INTERVAL_DIVISOR: u32 = 10;
+
 impl BufferPool {
     /// Marks a page dirty at `lsn`, keeping the flush list ordered by oldest
     /// modification (head = newest).
@@ -34,6 +44,19 @@ impl BufferPool {
             next = inner.flush.next(next);
         }
         inner.flush.insert_after(after, d);
+    }
+
+    /// Whether `page_id` is cached, was created in memory
+    /// ([`BufferPool::create`]) and has not been written to the file since:
+    /// the file holds no block of it to recover from, so the log must carry
+    /// its whole image. False for a page that is not cached (a page leaves
+    /// the pool only written).
+    pub fn is_unwritten(&self, page_id: barracuda_codec::PageId) -> bool {
+        let Some(d) = self.table.with_entry(page_id, |d| d) else {
+            return false;
+        };
+        let inner = self.inner.lock();
+        self.descs[d as usize].page_id() == page_id && inner.dirty[d as usize].unwritten
     }
 
     /// Whether a page whose newest change is `newest` may be written now.
@@ -76,26 +99,134 @@ impl BufferPool {
         true
     }
 
-    /// Writes a victim the caller pinned, if its latch is free right now
-    /// (the caller may hold other latches, so it must not wait).
-    pub(crate) fn flush_victim(&self, d: u32) -> Result<()> {
-        let desc = &self.descs[d as usize];
-        if !desc.try_lock_shared() {
-            return Ok(());
-        }
-        let copied = self.copy_for_write(d, 0);
-        // SAFETY: locked shared just above.
-        unsafe { desc.unlock(false) };
-        let Some((request, version)) = copied? else {
-            return Ok(());
-        };
-        let results = self.services.file.write_batch(vec![request]);
-        self.counters.write_batches.fetch_add(1, Ordering::Relaxed);
+    /// Writes a victim the caller pinned, with up to a batch (the file's
+    /// queue depth) of other dirty pages from the LRU list's tail, as
+    /// InnoDB's LRU flush does: the next allocations then find clean pages
+    /// at the tail instead of each writing one page, and a batch of page
+    /// writes costs one sync of the doublewrite area. Each page is written
+    /// only if its latch is free right now (the caller may hold other
+    /// latches, so it must not wait). The caller unpins `first`.
+    pub(crate) fn flush_victims(&self, first: u32) -> Result<()> {
+        let mut victims = vec![first];
+        let batch_max = self.services.file.queue_depth().max(1);
+        self.pin_lru_dirty(first, batch_max, &mut victims);
+        let mut requests = Vec::with_capacity(victims.len());
+        let mut versions = Vec::with_capacity(victims.len());
         let mut outcome = Ok(());
-        for (_, result) in results {
+        for &d in &victims {
+            let desc = &self.descs[d as usize];
+            if outcome.is_err() || !desc.try_lock_shared() {
+                continue;
+            }
+            let copied = self.copy_for_write(d, requests.len() as u64);
+            // SAFETY: locked shared just above.
+            unsafe { desc.unlock(false) };
+            match copied {
+                Ok(Some((request, version))) => {
+                    requests.push(request);
+                    versions.push((d, version));
+                }
+                Ok(None) => {}
+                Err(e) => outcome = Err(e),
+            }
+        }
+        // A page being written stays dirty (so it is not evicted) until
+        // its write ends: the pins are no longer needed.
+        for &d in &victims[1..] {
+            self.descs[d as usize].unpin();
+        }
+        if requests.is_empty() {
+            return outcome;
+        }
+        let results = self.services.file.write_batch(requests);
+        self.counters.write_batches.fetch_add(1, Ordering::Relaxed);
+        for (tag, result) in results {
+            let (d, version) = versions[tag as usize];
             outcome = outcome.and(self.finish_write(d, version, result).map(|_| ()));
         }
         outcome
+    }
+
+    /// Pins dirty pages (but `skip`) from the LRU list's tail that may be
+    /// written now, until `victims` holds `count_max` or
+    /// [`LRU_FLUSH_SCAN_MAX`] pages were looked at.
+    fn pin_lru_dirty(&self, skip: u32, count_max: usize, victims: &mut Vec<u32>) {
+        let durable = self.services.durable_lsn.durable_lsn();
+        let inner = self.inner.lock();
+        let mut d = inner.lru.list().tail();
+        let mut scanned = 0;
+        while d != NIL && victims.len() < count_max && scanned < LRU_FLUSH_SCAN_MAX {
+            let dirty = inner.dirty[d as usize];
+            let desc = &self.descs[d as usize];
+            if d != skip
+                && dirty.dirty
+                && !dirty.writing
+                && self.durable_at(dirty.newest, durable)
+                && desc.pins() == 0
+            {
+                let page_id = desc.page_id();
+                if let Some(e) = self.table.with_entry(page_id, |e| {
+                    self.descs[e as usize].pin();
+                    e
+                }) {
+                    victims.push(e);
+                }
+            }
+            scanned += 1;
+            d = inner.lru.list().prev(d);
+        }
+    }
+
+    /// Writes the dirty pages among the [`LRU_FLUSH_SCAN_MAX`] pages at the
+    /// LRU list's tail, in batches: what the page cleaner does while memory
+    /// is short (InnoDB's LRU flush), so that threads that need memory find
+    /// clean pages to evict instead of writing victims themselves. Returns
+    /// the number written.
+    pub fn flush_lru_tail(&self) -> Result<usize> {
+        let mut victims = Vec::new();
+        self.pin_lru_dirty(NIL, usize::MAX, &mut victims);
+        let depth = self.services.file.queue_depth().max(1);
+        let mut written = 0;
+        let mut outcome = Ok(());
+        for run in victims.chunks(depth) {
+            let mut requests = Vec::with_capacity(run.len());
+            let mut versions = Vec::with_capacity(run.len());
+            for &d in run {
+                let desc = &self.descs[d as usize];
+                if outcome.is_ok() {
+                    desc.lock(false);
+                    let copied = self.copy_for_write(d, requests.len() as u64);
+                    // SAFETY: locked shared just above.
+                    unsafe { desc.unlock(false) };
+                    match copied {
+                        Ok(Some((request, version))) => {
+                            requests.push(request);
+                            versions.push((d, version));
+                        }
+                        Ok(None) => {}
+                        Err(e) => outcome = Err(e),
+                    }
+                }
+                desc.unpin();
+            }
+            if requests.is_empty() {
+                continue;
+            }
+            let results = self.services.file.write_batch(requests);
+            self.counters.write_batches.fetch_add(1, Ordering::Relaxed);
+            for (tag, result) in results {
+                let (d, version) = versions[tag as usize];
+                match self.finish_write(d, version, result) {
+                    Ok(_) => written += 1,
+                    Err(e) => {
+                        if outcome.is_ok() {
+                            outcome = Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        outcome.map(|()| written)
     }
 
     /// Copies a pinned page, latched shared by the caller, into an aligned
@@ -149,6 +280,7 @@ impl BufferPool {
         let mut inner = self.inner.lock();
         inner.dirty[d as usize].writing = false;
         result?;
+        inner.dirty[d as usize].unwritten = false;
         if inner.dirty[d as usize].version == version {
             inner.dirty[d as usize].dirty = false;
             inner.flush.remove(d);
@@ -291,8 +423,9 @@ impl BufferPool {
     }
 
     /// Gives back what the data file holds past its last page: the zeros
-    /// the file layer writes ahead of new pages ([`PageFile::trim`]). For
-    /// a clean close and the end of a compaction, when no page is dirty.
+    /// the file layer writes ahead of new pages, and the doublewrite area
+    /// ([`PageFile::trim`]). For a clean close and the end of a compaction,
+    /// when no page is dirty.
     ///
     /// [`PageFile::trim`]: crate::PageFile::trim
     pub fn trim_file(&self) -> Result<()> {
@@ -319,7 +452,10 @@ impl BufferPool {
     }
 
     /// Starts a thread that writes up to `batch_pages` dirty pages every
-    /// `interval`. It stops when the handle is dropped or the pool is gone.
+    /// `interval`, oldest change first ([`BufferPool::flush_some`]), and
+    /// while memory is short, the dirty pages at the LRU list's tail
+    /// ([`BufferPool::flush_lru_tail`]) ten times per `interval` instead.
+    /// It stops when the handle is dropped or the pool is gone.
     pub fn spawn_flusher(
         self: &Arc<Self>,
         interval: Duration,
@@ -331,11 +467,20 @@ impl BufferPool {
         let thread = std::thread::Builder::new()
             .name("barracuda-flusher".into())
             .spawn(move || {
+                let mut short = false;
                 while !thread_stop.load(Ordering::Relaxed) {
-                    std::thread::park_timeout(interval);
+                    std::thread::park_timeout(if short {
+                        interval / LRU_FLUSH_INTERVAL_DIVISOR
+                    } else {
+                        interval
+                    });
                     let Some(pool) = pool.upgrade() else { break };
-                    if let Err(e) = pool.flush_some(batch_pages) {
+                    if !short && let Err(e) = pool.flush_some(batch_pages) {
                         tracing::warn!("background flush failed: {e}");
+                    }
+                    short = pool.memory_is_short();
+                    if short && let Err(e) = pool.flush_lru_tail() {
+                        tracing::warn!("background LRU flush failed: {e}");
                     }
                 }
             })

@@ -53,6 +53,7 @@ mod arena;
 mod backend;
 mod config;
 mod desc;
+mod doublewrite;
 mod error;
 mod flush;
 mod guard;
@@ -75,6 +76,7 @@ pub use config::{
     OLD_BLOCKS_PCT_DEFAULT, OLD_BLOCKS_TIME_MS_DEFAULT, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN,
     PageFormat, PoolConfig,
 };
+pub use doublewrite::{DOUBLEWRITE_SLOTS, RestoreReport};
 pub use error::{PoolError, Result};
 pub use flush::FlusherHandle;
 pub use guard::{CommitOutcome, ExclusiveGuard, LSN_PENDING, SharedGuard};

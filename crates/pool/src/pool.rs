@@ -507,7 +507,7 @@ impl BufferPool {
                 Ok(value) => return Ok((inner, value)),
                 Err(AllocError::NeedFlush(victim)) => {
                     drop(inner);
-                    let flushed = self.flush_victim(victim);
+                    let flushed = self.flush_victims(victim);
                     self.descs[victim as usize].unpin();
                     flushed?;
                 }
@@ -1116,6 +1116,7 @@ impl BufferPool {
         }
         let mut inner = self.inner.lock();
         inner.reading_count -= 1;
+        inner.dirty[memory.desc as usize].unwritten = true;
         self.publish(&mut inner, memory, true);
         self.counters.pages_created.fetch_add(1, Ordering::Relaxed);
         Ok(memory.desc)
