@@ -19,25 +19,28 @@
 //! and the writer waits for durability outside it, so concurrent writers share
 //! fsyncs (group commit). Readers never take the write mutex.
 //!
-//! A page's first change after a checkpoint logs its whole image *after* the
-//! operation (its compressed block, modification log included) instead of
-//! patches; later changes log patches. So every page changed since the
-//! checkpoint has an image in the log, and recovery never reads a page that
-//! a crash may have torn.
+//! A group holds each changed page's patches, or its whole image after the
+//! operation when the data file holds no block of it (a page created in
+//! memory and not written since), once per checkpoint. Every page write
+//! goes first to the tree's doublewrite area (`tree-NNNNN.dbw`, see
+//! `barracuda_pool::FileService::with_doublewrite`), so a block that a
+//! crash tears has a whole copy.
 //!
 //! # Checkpoints
 //!
 //! A checkpoint picks `C` = the end of the log under the write mutex (and
-//! forgets which pages were imaged), syncs the log to `C`, writes every page
+//! forgets which new pages were imaged), syncs the log to `C`, writes every page
 //! whose oldest change is before `C`, syncs the data files and records `C`
 //! in the log's double-buffered header. It runs in the background every
 //! `checkpoint_interval`, when half the log is in use, and at close.
 //!
 //! # Recovery
 //!
-//! [`Db::open`] replays every group from the last checkpoint: images are
-//! installed, patches applied through the pool (which compresses exactly as
-//! it did before, so a page that fit then fits now). A tree whose meta page
+//! [`Db::open`] first writes back torn pages from the doublewrite areas,
+//! then replays every group from the last checkpoint: images are installed,
+//! patches applied through the pool (which compresses exactly as it did
+//! before, so a page that fit then fits now), except those whose page's
+//! block in the data file is already newer ([`RecoveryStats`]). A tree whose meta page
 //! keeps no entry count (a file written before counts were kept) is then
 //! counted once and the count logged, before any write.
 //!
