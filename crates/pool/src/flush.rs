@@ -453,8 +453,9 @@ impl BufferPool {
 
     /// Starts a thread that writes up to `batch_pages` dirty pages every
     /// `interval`, oldest change first ([`BufferPool::flush_some`]), and
-    /// while memory is short, the dirty pages at the LRU list's tail
-    /// ([`BufferPool::flush_lru_tail`]) ten times per `interval` instead.
+    /// while memory is short and pages are dirty, the dirty pages at the
+    /// LRU list's tail ([`BufferPool::flush_lru_tail`]) ten times per
+    /// `interval` instead.
     /// It stops when the handle is dropped or the pool is gone.
     pub fn spawn_flusher(
         self: &Arc<Self>,
@@ -478,7 +479,7 @@ impl BufferPool {
                     if !short && let Err(e) = pool.flush_some(batch_pages) {
                         tracing::warn!("background flush failed: {e}");
                     }
-                    short = pool.memory_is_short();
+                    short = pool.memory_is_short() && pool.dirty_page_count() > 0;
                     if short && let Err(e) = pool.flush_lru_tail() {
                         tracing::warn!("background LRU flush failed: {e}");
                     }
