@@ -19,6 +19,10 @@ use crate::pool::BufferPool;
 /// bounds the work under the pool mutex).
 pub(crate) const LRU_FLUSH_SCAN_MAX: usize = 256;
 
+/// A victim's batch from the LRU list's tail takes at most this share of
+/// the pool's chunks (1/32).
+pub(crate) const LRU_FLUSH_POOL_SHARE: usize = 32;
+
 /// While memory is short, the background flusher writes the LRU list's
 /// tail this many times per interval.
 const LRU_FLUSH_INTERVAL_DIVISOR: u32 = 10;
@@ -99,52 +103,83 @@ impl BufferPool {
         true
     }
 
-    /// Writes a victim the caller pinned, with up to a batch (the file's
-    /// queue depth) of other dirty pages from the LRU list's tail, as
-    /// InnoDB's LRU flush does: the next allocations then find clean pages
-    /// at the tail instead of each writing one page, and a batch of page
-    /// writes costs one sync of the doublewrite area. Each page is written
-    /// only if its latch is free right now (the caller may hold other
-    /// latches, so it must not wait). The caller unpins `first`.
+    /// Writes a victim the caller pinned, with up to a batch of other dirty
+    /// pages from the LRU list's tail, as InnoDB's LRU flush does: the next
+    /// allocations then find clean pages at the tail instead of each
+    /// writing one page, and a batch of page writes costs one sync of the
+    /// doublewrite area. One thread at a time writes such a batch (others
+    /// write their victim alone), of at most the file's queue depth and
+    /// [`LRU_FLUSH_POOL_SHARE`] of the pool: pages being written can be
+    /// neither evicted nor chosen as victims, and a small pool shared by
+    /// many threads would run out of both. Each page is written only if its
+    /// latch is free right now (the caller may hold other latches, so it
+    /// must not wait). The caller unpins `first`.
     pub(crate) fn flush_victims(&self, first: u32) -> Result<()> {
         let mut victims = vec![first];
-        let batch_max = self.services.file.queue_depth().max(1);
-        self.pin_lru_dirty(first, batch_max, &mut victims);
+        let batching = !self.lru_flushing.swap(true, Ordering::AcqRel);
+        if batching {
+            let share = self.chunk_count() as usize / LRU_FLUSH_POOL_SHARE;
+            let batch_max = self.services.file.queue_depth().min(share).max(1);
+            self.pin_lru_dirty(first, batch_max, &mut victims);
+        }
+        let outcome = self.write_victims(&victims);
+        if batching {
+            self.lru_flushing.store(false, Ordering::Release);
+        }
+        outcome
+    }
+
+    /// [`BufferPool::flush_victims`] once the victims are pinned.
+    fn write_victims(&self, victims: &[u32]) -> Result<()> {
+        // The caller unpins the first victim; `write_pinned` unpins all.
+        self.descs[victims[0] as usize].pin();
+        self.write_pinned(victims).1
+    }
+
+    /// Writes the pinned pages `victims` whose latches are free right now,
+    /// as one batch, and unpins them all. Returns how many were written and
+    /// the first error.
+    fn write_pinned(&self, victims: &[u32]) -> (usize, Result<()>) {
         let mut requests = Vec::with_capacity(victims.len());
         let mut versions = Vec::with_capacity(victims.len());
         let mut outcome = Ok(());
-        for &d in &victims {
+        for &d in victims {
             let desc = &self.descs[d as usize];
-            if outcome.is_err() || !desc.try_lock_shared() {
-                continue;
-            }
-            let copied = self.copy_for_write(d, requests.len() as u64);
-            // SAFETY: locked shared just above.
-            unsafe { desc.unlock(false) };
-            match copied {
-                Ok(Some((request, version))) => {
-                    requests.push(request);
-                    versions.push((d, version));
+            if outcome.is_ok() && desc.try_lock_shared() {
+                let copied = self.copy_for_write(d, requests.len() as u64);
+                // SAFETY: locked shared just above.
+                unsafe { desc.unlock(false) };
+                match copied {
+                    Ok(Some((request, version))) => {
+                        requests.push(request);
+                        versions.push((d, version));
+                    }
+                    Ok(None) => {}
+                    Err(e) => outcome = Err(e),
                 }
-                Ok(None) => {}
-                Err(e) => outcome = Err(e),
             }
-        }
-        // A page being written stays dirty (so it is not evicted) until
-        // its write ends: the pins are no longer needed.
-        for &d in &victims[1..] {
-            self.descs[d as usize].unpin();
+            // A page being written stays dirty (so it is not evicted)
+            // until its write ends: the pin is no longer needed.
+            desc.unpin();
         }
         if requests.is_empty() {
-            return outcome;
+            return (0, outcome);
         }
         let results = self.services.file.write_batch(requests);
         self.counters.write_batches.fetch_add(1, Ordering::Relaxed);
+        let mut written = 0;
         for (tag, result) in results {
             let (d, version) = versions[tag as usize];
-            outcome = outcome.and(self.finish_write(d, version, result).map(|_| ()));
+            match self.finish_write(d, version, result) {
+                Ok(_) => written += 1,
+                Err(e) => {
+                    if outcome.is_ok() {
+                        outcome = Err(e);
+                    }
+                }
+            }
         }
-        outcome
+        (written, outcome)
     }
 
     /// Pins dirty pages (but `skip`) from the LRU list's tail that may be
@@ -177,56 +212,32 @@ impl BufferPool {
         }
     }
 
-    /// Writes the dirty pages among the [`LRU_FLUSH_SCAN_MAX`] pages at the
-    /// LRU list's tail, in batches: what the page cleaner does while memory
-    /// is short (InnoDB's LRU flush), so that threads that need memory find
-    /// clean pages to evict instead of writing victims themselves. Returns
-    /// the number written.
+    /// Writes dirty pages from the LRU list's tail, a batch at a time,
+    /// until a look at its [`LRU_FLUSH_SCAN_MAX`] last pages finds none or
+    /// that many were written: what the page cleaner does while memory is
+    /// short (InnoDB's LRU flush), so that threads that need memory find
+    /// clean pages to evict instead of writing victims themselves. A batch
+    /// is at most the file's queue depth and [`LRU_FLUSH_POOL_SHARE`] of the
+    /// pool, and a page whose latch is taken is left for later (its holder
+    /// may be waiting for memory). Returns the number written.
     pub fn flush_lru_tail(&self) -> Result<usize> {
-        let mut victims = Vec::new();
-        self.pin_lru_dirty(NIL, usize::MAX, &mut victims);
-        let depth = self.services.file.queue_depth().max(1);
+        let share = self.chunk_count() as usize / LRU_FLUSH_POOL_SHARE;
+        let batch_max = self.services.file.queue_depth().min(share).max(1);
         let mut written = 0;
-        let mut outcome = Ok(());
-        for run in victims.chunks(depth) {
-            let mut requests = Vec::with_capacity(run.len());
-            let mut versions = Vec::with_capacity(run.len());
-            for &d in run {
-                let desc = &self.descs[d as usize];
-                if outcome.is_ok() {
-                    desc.lock(false);
-                    let copied = self.copy_for_write(d, requests.len() as u64);
-                    // SAFETY: locked shared just above.
-                    unsafe { desc.unlock(false) };
-                    match copied {
-                        Ok(Some((request, version))) => {
-                            requests.push(request);
-                            versions.push((d, version));
-                        }
-                        Ok(None) => {}
-                        Err(e) => outcome = Err(e),
-                    }
-                }
-                desc.unpin();
+        while written < LRU_FLUSH_SCAN_MAX {
+            let mut victims = Vec::with_capacity(batch_max);
+            self.pin_lru_dirty(NIL, batch_max, &mut victims);
+            if victims.is_empty() {
+                break;
             }
-            if requests.is_empty() {
-                continue;
-            }
-            let results = self.services.file.write_batch(requests);
-            self.counters.write_batches.fetch_add(1, Ordering::Relaxed);
-            for (tag, result) in results {
-                let (d, version) = versions[tag as usize];
-                match self.finish_write(d, version, result) {
-                    Ok(_) => written += 1,
-                    Err(e) => {
-                        if outcome.is_ok() {
-                            outcome = Err(e);
-                        }
-                    }
-                }
+            let (batch, outcome) = self.write_pinned(&victims);
+            written += batch;
+            outcome?;
+            if batch == 0 {
+                break;
             }
         }
-        outcome.map(|()| written)
+        Ok(written)
     }
 
     /// Copies a pinned page, latched shared by the caller, into an aligned

@@ -165,6 +165,9 @@ pub struct BufferPool {
     pub(crate) counters: Counters,
     /// Read-ahead reads in flight and their completions.
     pub(crate) read_ahead: crate::readahead::ReadAhead,
+    /// A thread is writing a victim with a batch from the LRU list's tail
+    /// ([`BufferPool::flush_victims`]): others write their victim alone.
+    pub(crate) lru_flushing: std::sync::atomic::AtomicBool,
 }
 
 impl BufferPool {
@@ -219,6 +222,7 @@ impl BufferPool {
             lru_len: AtomicU32::new(0),
             counters: Counters::default(),
             read_ahead: crate::readahead::ReadAhead::default(),
+            lru_flushing: std::sync::atomic::AtomicBool::new(false),
             config,
         })
     }
