@@ -213,13 +213,13 @@ impl BufferPool {
     }
 
     /// Writes dirty pages from the LRU list's tail, a batch at a time,
-    /// until a look at its [`LRU_FLUSH_SCAN_MAX`] last pages finds none or
-    /// that many were written: what the page cleaner does while memory is
-    /// short (InnoDB's LRU flush), so that threads that need memory find
-    /// clean pages to evict instead of writing victims themselves. A batch
-    /// is at most the file's queue depth and [`LRU_FLUSH_POOL_SHARE`] of the
-    /// pool, and a page whose latch is taken is left for later (its holder
-    /// may be waiting for memory). Returns the number written.
+    /// until a look at its last 256 pages finds none or that many were
+    /// written: what the page cleaner does while memory is short (InnoDB's
+    /// LRU flush), so that threads that need memory find clean pages to
+    /// evict instead of writing victims themselves. A batch is at most the
+    /// file's queue depth and 1/32 of the pool, and a page whose latch is
+    /// taken is left for later (its holder may be waiting for memory).
+    /// Returns the number written.
     pub fn flush_lru_tail(&self) -> Result<usize> {
         let share = self.chunk_count() as usize / LRU_FLUSH_POOL_SHARE;
         let batch_max = self.services.file.queue_depth().min(share).max(1);
