@@ -27,42 +27,9 @@ class Mid:
     def rebal(s):
         while len(s.y)>s.C-s.oldcap:
             k,_=s.y.popitem(last=False); s.o[k]=1; s.o.move_to_end(k,last=False)
-def run(blocks, recs, mode, seq):
-    bc=Mid(blocks); rc=collections.OrderedDict(); touched=collections.defaultdict(set)
-    hits=0; blockreads=0
-    for k in seq:
-        if recs and k in rc:
-            rc.move_to_end(k); hits+=1; continue
-        l=leaf[k]
-        h,ev=bc.access(l)
-        if h: hits+=1
-        else: blockreads+=1
-        if recs:
-            if mode=='evict':
-                touched[l].add(k)
-                for e in ev:
-                    for r in touched.pop(e,()):
-                        rc[r]=1; rc.move_to_end(r)
-                        if len(rc)>recs: rc.popitem(last=False)
-            elif mode=='second':  # admit on second access while block cached
-                if h and k in touched[l]:
-                    rc[k]=1
-                    if len(rc)>recs: rc.popitem(last=False)
-                touched[l].add(k)
-                for e in ev: touched.pop(e,None)
-    return hits/len(seq), blockreads
-def both(blocks,recs,mode):
-    # uniform pass then zipf, like the harness
-    bc_state=None
-    import copy
-    h1,_=run_pair(blocks,recs,mode)
-    return h1
 def run_pair(blocks,recs,mode):
-    bc=None
+    # one cache over the uniform pass, then the Zipf pass, as the harness
     seq_u=warm; seq_z=idx[z]
-    allseq=np.concatenate([seq_u,seq_z])
-    # run once over both, measure separately
-    global_res=[]
     bcM=Mid(blocks); rc=collections.OrderedDict(); touched=collections.defaultdict(set)
     out=[]
     for part in (seq_u,seq_z):
