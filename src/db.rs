@@ -29,9 +29,9 @@
 //! # Checkpoints
 //!
 //! A checkpoint picks `C` = the end of the log under the write mutex (and
-//! forgets which new pages were imaged), syncs the log to `C`, writes every page
-//! whose oldest change is before `C`, syncs the data files and records `C`
-//! in the log's double-buffered header. It runs in the background every
+//! forgets which new pages were imaged), syncs the log to `C`, writes every
+//! page whose oldest change is before `C`, syncs the data files and records
+//! `C` in the log's double-buffered header. It runs in the background every
 //! `checkpoint_interval`, when half the log is in use, and at close.
 //!
 //! # Recovery
@@ -40,9 +40,9 @@
 //! then replays every group from the last checkpoint: images are installed,
 //! patches applied through the pool (which compresses exactly as it did
 //! before, so a page that fit then fits now), except those whose page's
-//! block in the data file is already newer ([`RecoveryStats`]). A tree whose meta page
-//! keeps no entry count (a file written before counts were kept) is then
-//! counted once and the count logged, before any write.
+//! block in the data file is already newer ([`RecoveryStats`]). A tree
+//! whose meta page keeps no entry count (a file written before counts were
+//! kept) is then counted once and the count logged, before any write.
 //!
 //! # Page ids in the log
 //!
