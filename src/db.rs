@@ -689,14 +689,10 @@ fn open_pool(
         // this id before) must not be restored into it.
         doublewrite.set_len(0)?;
     }
-    let unit_bytes = if geometry.is_uncompressed() {
-        page
-    } else {
-        geometry.block_size_bytes()
-    };
+    // A page write is one block (an uncompressed page's block is the page).
     let file_service = FileService::new(Arc::clone(&file))
         .with_queue_depth(QUEUE_DEPTH)
-        .with_doublewrite(doublewrite, unit_bytes)?;
+        .with_doublewrite(doublewrite, geometry.block_size_bytes())?;
     let restored = file_service.restore_torn_pages()?;
     if restored.restored > 0 {
         tracing::warn!(

@@ -94,19 +94,18 @@ impl FileService {
         let alignment = file.alignment().offset_bytes.max(1);
         let slot_bytes = unit_bytes.next_multiple_of(alignment);
         let len = file.len().map_err(file_error("doublewrite len", 0))?;
-        let doublewrite = Doublewrite {
+        let zeroed = len >= (DOUBLEWRITE_SLOTS * slot_bytes) as u64;
+        self.doublewrite = Some(Doublewrite {
             file,
             unit_bytes,
             slot_bytes,
             state: Mutex::new(State {
                 next: 0,
                 home_unsynced: false,
-                zeroed: false,
+                zeroed,
                 buf: None,
             }),
-        };
-        doublewrite.state.lock().zeroed = len >= doublewrite.area_bytes();
-        self.doublewrite = Some(doublewrite);
+        });
         Ok(self)
     }
 

@@ -113,7 +113,7 @@ impl BufferPool {
     /// neither evicted nor chosen as victims, and a small pool shared by
     /// many threads would run out of both. Each page is written only if its
     /// latch is free right now (the caller may hold other latches, so it
-    /// must not wait). The caller unpins `first`.
+    /// must not wait). Unpins `first`, which the caller pinned.
     pub(crate) fn flush_victims(&self, first: u32) -> Result<()> {
         let mut victims = vec![first];
         let batching = !self.lru_flushing.swap(true, Ordering::AcqRel);
@@ -122,18 +122,11 @@ impl BufferPool {
             let batch_max = self.services.file.queue_depth().min(share).max(1);
             self.pin_lru_dirty(first, batch_max, &mut victims);
         }
-        let outcome = self.write_victims(&victims);
+        let (_, outcome) = self.write_pinned(&victims);
         if batching {
             self.lru_flushing.store(false, Ordering::Release);
         }
         outcome
-    }
-
-    /// [`BufferPool::flush_victims`] once the victims are pinned.
-    fn write_victims(&self, victims: &[u32]) -> Result<()> {
-        // The caller unpins the first victim; `write_pinned` unpins all.
-        self.descs[victims[0] as usize].pin();
-        self.write_pinned(victims).1
     }
 
     /// Writes the pinned pages `victims` whose latches are free right now,
@@ -165,21 +158,11 @@ impl BufferPool {
         if requests.is_empty() {
             return (0, outcome);
         }
-        let results = self.services.file.write_batch(requests);
-        self.counters.write_batches.fetch_add(1, Ordering::Relaxed);
-        let mut written = 0;
-        for (tag, result) in results {
-            let (d, version) = versions[tag as usize];
-            match self.finish_write(d, version, result) {
-                Ok(_) => written += 1,
-                Err(e) => {
-                    if outcome.is_ok() {
-                        outcome = Err(e);
-                    }
-                }
-            }
+        let (written, write_error) = self.write_copied(requests, &versions);
+        match write_error {
+            Some(e) if outcome.is_ok() => (written, Err(e)),
+            _ => (written, outcome),
         }
-        (written, outcome)
     }
 
     /// Pins dirty pages (but `skip`) from the LRU list's tail that may be
@@ -341,23 +324,37 @@ impl BufferPool {
             if requests.is_empty() {
                 return copy_error.map_or(Ok(written), Err);
             }
-            let results = self.services.file.write_batch(requests);
-            self.counters.write_batches.fetch_add(1, Ordering::Relaxed);
-            let mut first_error = copy_error;
-            for (tag, result) in results {
-                let (d, version) = versions[tag as usize];
-                match self.finish_write(d, version, result) {
-                    Ok(_) => written += 1,
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-            if let Some(e) = first_error {
+            let (batch, write_error) = self.write_copied(requests, &versions);
+            written += batch;
+            if let Some(e) = copy_error.or(write_error) {
                 return Err(e);
             }
         }
         Ok(written)
+    }
+
+    /// Writes copied pages as one batch (`requests` tagged with their index
+    /// in `versions`, each page's descriptor and version at the copy) and
+    /// ends each write. Returns how many were written and the first error.
+    fn write_copied(
+        &self,
+        requests: Vec<IoRequest>,
+        versions: &[(u32, u64)],
+    ) -> (usize, Option<crate::PoolError>) {
+        let results = self.services.file.write_batch(requests);
+        self.counters.write_batches.fetch_add(1, Ordering::Relaxed);
+        let mut written = 0;
+        let mut first_error = None;
+        for (tag, result) in results {
+            let (d, version) = versions[tag as usize];
+            match self.finish_write(d, version, result) {
+                Ok(_) => written += 1,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        (written, first_error)
     }
 
     /// Copies up to `batch_max` flush candidates for one batch. Latches one

@@ -511,9 +511,7 @@ impl BufferPool {
                 Ok(value) => return Ok((inner, value)),
                 Err(AllocError::NeedFlush(victim)) => {
                     drop(inner);
-                    let flushed = self.flush_victims(victim);
-                    self.descs[victim as usize].unpin();
-                    flushed?;
+                    self.flush_victims(victim)?;
                 }
                 Err(AllocError::Exhausted(reason)) => {
                     // Pages are pinned by other threads: wait for them to be
