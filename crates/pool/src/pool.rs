@@ -214,7 +214,7 @@ impl BufferPool {
             arena,
             descs: (0..desc_count).map(|_| Desc::new()).collect(),
             old_flags: OldFlags::new(desc_count),
-            table: PageTable::new(desc_count),
+            table: PageTable::new(),
             inner: Mutex::new(inner),
             services,
             clock,

@@ -35,6 +35,9 @@ impl Hasher for PageIdHasher {
     }
 }
 
+/// Entries a shard holds before it first grows.
+const SHARD_CAPACITY_INITIAL: usize = 16;
+
 type Shard = HashMap<PageId, u32, BuildHasherDefault<PageIdHasher>>;
 
 pub(crate) struct PageTable {
@@ -42,14 +45,17 @@ pub(crate) struct PageTable {
 }
 
 impl PageTable {
-    /// Sized so that shards do not grow while the pool holds up to
-    /// `capacity` pages spread evenly.
-    pub(crate) fn new(capacity: u32) -> Self {
-        let per_shard = (capacity as usize / SHARD_COUNT + 1) * 2;
+    /// An empty table. Its shards grow with the pages the pool holds rather
+    /// than being sized for the pool's capacity up front: for a 1 GiB pool of
+    /// 16 KiB pages that was 4 MiB of mostly empty buckets, where every
+    /// lookup missed the CPU's caches twice (control bytes and bucket), and
+    /// first touches of the table cost page faults while the pool filled.
+    /// A shard grows by doubling, under its write lock.
+    pub(crate) fn new() -> Self {
         let shards = (0..SHARD_COUNT)
             .map(|_| {
                 RwLock::new(Shard::with_capacity_and_hasher(
-                    per_shard,
+                    SHARD_CAPACITY_INITIAL,
                     BuildHasherDefault::default(),
                 ))
             })
