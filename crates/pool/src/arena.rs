@@ -8,12 +8,14 @@
 //! pool therefore costs a `mmap`, not a 1 GiB `memset` (about a second of
 //! CPU and the whole budget resident at once, which is what
 //! `alloc_zeroed` with a 4 KiB alignment did), and the process's resident
-//! memory grows with the chunks the pool has used.
+//! memory grows with the chunks the pool has used. A thread of the arena's
+//! faults the next chunks in before the pool takes them (`prefault.rs`).
 
 use std::ptr::NonNull;
 
 use crate::config::ARENA_ALIGNMENT_BYTES;
 use crate::error::{PoolError, Result};
+use crate::prefault::Prefault;
 
 /// "No index": the end of a list, a free slot's owner, a missing frame.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -25,6 +27,7 @@ pub(crate) struct Arena {
     size_bytes: usize,
     chunk_size_bytes: usize,
     chunk_count: u32,
+    prefault: Prefault,
 }
 
 // SAFETY: the arena is plain memory owned by the pool; every access to its
@@ -83,6 +86,7 @@ impl Arena {
             reason: "mmap returned a null buffer pool".into(),
         })?;
         Ok(Self {
+            prefault: Prefault::new(base.as_ptr() as usize, chunk_size_bytes, chunk_count),
             base,
             size_bytes,
             chunk_size_bytes,
@@ -109,10 +113,23 @@ impl Arena {
     pub(crate) fn chunk_size_bytes(&self) -> usize {
         self.chunk_size_bytes
     }
+
+    /// The pool took `chunk` for a frame or a slab: the chunks after it are
+    /// populated ahead (see `prefault.rs`).
+    pub(crate) fn chunk_taken(&self, chunk: u32) {
+        self.prefault.chunk_taken(chunk);
+    }
+
+    /// Chunks populated ahead of the pool so far.
+    pub(crate) fn prefaulted_chunks(&self) -> u64 {
+        self.prefault.populated_chunks()
+    }
 }
 
 impl Drop for Arena {
     fn drop(&mut self) {
+        // The prefault thread advises on the mapping: it ends first.
+        self.prefault.stop();
         // SAFETY: `base` was mapped in `new` with exactly `size_bytes`, and
         // nothing borrows the arena once it is dropped.
         let rc = unsafe { libc::munmap(self.base.as_ptr().cast(), self.size_bytes) };
@@ -368,6 +385,44 @@ mod tests {
             unsafe { arena.ptr(at, 1).write(1) };
         }
         arena
+    }
+
+    /// Whether the first OS page of `chunk` is resident (`mincore`).
+    fn resident(arena: &Arena, chunk: usize) -> bool {
+        let mut vec = [0u8; 1];
+        let at = arena.ptr(chunk * arena.chunk_size_bytes(), 1);
+        // SAFETY: one OS page inside the arena's mapping, page-aligned (the
+        // mapping and the chunk size are); `vec` has room for its one entry.
+        let rc = unsafe { libc::mincore(at.cast(), 1, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec[0] & 1 == 1
+    }
+
+    #[test]
+    fn chunks_ahead_of_the_taken_ones_are_populated_and_no_further() {
+        // 64 MiB of 16 KiB chunks, in base pages.
+        let arena = Arena::new(16 << 10, 4096, false).unwrap();
+        assert!(!resident(&arena, 0));
+        for chunk in 0..300 {
+            arena.chunk_taken(chunk);
+        }
+        // Taking chunk 299 leaves at least half of a window of 256 chunks
+        // (4 MiB) asked for after it, and at most a whole one.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while arena.prefaulted_chunks() < 299 + 128 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if arena.prefaulted_chunks() == 0 {
+            return; // A kernel without MADV_POPULATE_WRITE (before 5.14).
+        }
+        assert!(arena.prefaulted_chunks() >= 299 + 128);
+        assert!(arena.prefaulted_chunks() <= 300 + 256);
+        for chunk in [0, 150, 299, 300, 420] {
+            assert!(resident(&arena, chunk), "chunk {chunk} not populated");
+        }
+        for chunk in [600, 1000, 4095] {
+            assert!(!resident(&arena, chunk), "chunk {chunk} populated");
+        }
     }
 
     #[test]

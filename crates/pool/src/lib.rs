@@ -62,6 +62,7 @@ mod invariants;
 mod lists;
 mod policy;
 mod pool;
+mod prefault;
 mod readahead;
 mod status;
 mod table;

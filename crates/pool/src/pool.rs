@@ -610,6 +610,7 @@ impl BufferPool {
     pub(crate) fn alloc_frame(&self, inner: &mut Inner, own: u32) -> Result<u32, AllocError> {
         loop {
             if let Some(chunk) = inner.alloc.alloc_frame() {
+                self.arena.chunk_taken(chunk);
                 return Ok(chunk);
             }
             if inner.alloc.free_slot_count() >= inner.alloc.slots_per_chunk()
@@ -624,6 +625,7 @@ impl BufferPool {
     pub(crate) fn alloc_slot(&self, inner: &mut Inner) -> Result<u32, AllocError> {
         loop {
             if let Some(slot) = inner.alloc.alloc_slot() {
+                self.arena.chunk_taken(slot / inner.alloc.slots_per_chunk());
                 return Ok(slot);
             }
             self.evict_one(inner)?;

@@ -167,6 +167,9 @@ pub struct PoolStatus {
     pub block_count: u64,
     /// Free chunks.
     pub free_chunk_count: u64,
+    /// Chunks the arena's prefault thread populated ahead of the pool.
+    #[serde(default)]
+    pub chunks_prefaulted: u64,
     /// Average time of a miss's read, ns.
     pub read_time_avg_ns: u64,
     /// Average time of a decompression, ns.
@@ -230,6 +233,7 @@ impl BufferPool {
             frame_count: u64::from(frames),
             block_count: u64::from(blocks),
             free_chunk_count: u64::from(inner.alloc.free_chunk_count()),
+            chunks_prefaulted: self.arena.prefaulted_chunks(),
             read_time_avg_ns: c.read_time_ns.load(Ordering::Relaxed) / reads.max(1),
             unzip_time_avg_ns: c.unzip_time_ns.load(Ordering::Relaxed) / unzip_ops.max(1),
             policy: inner.policy.status(),
@@ -248,7 +252,11 @@ impl PoolStatus {
         );
         let _ = writeln!(out, "Buffer pool size (bytes) {}", self.budget_bytes);
         let _ = writeln!(out, "Bytes used       {}", self.bytes_used);
-        let _ = writeln!(out, "Free chunks      {}", self.free_chunk_count);
+        let _ = writeln!(
+            out,
+            "Free chunks      {} (prefaulted {})",
+            self.free_chunk_count, self.chunks_prefaulted
+        );
         let _ = writeln!(out, "Frames           {}", self.frame_count);
         let _ = writeln!(out, "Blocks           {}", self.block_count);
         let _ = writeln!(out, "Modified db pages {}", self.dirty_pages);
