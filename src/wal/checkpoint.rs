@@ -22,7 +22,8 @@
 //!
 //! Version 1 slots (no flags, the payload at 40), version 2 slots (bit 0
 //! meant "cut off at a clean close": a growing ring of which the file holds
-//! nothing) and version 3 slots (logs that image pages) are still read.
+//! nothing), version 3 slots (logs that image pages) and version 4 slots
+//! (logs without zero-fill patches) are still read.
 
 use barracuda_codec::Lsn;
 
@@ -38,8 +39,13 @@ pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"BRCK");
 /// its first change after a checkpoint: recovery starts from the data
 /// file's blocks, which the doublewrite areas keep whole, and skips the
 /// changes a block already holds. A version 3 build would apply them again,
-/// so it must refuse the slot.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 4;
+/// so it must refuse the slot. Version 5 (same layout) means the log may
+/// hold zero-fill patches (see `record.rs`), which a version 4 build would
+/// read as damage.
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 5;
+
+/// The version whose logs hold no zero-fill patches (still read).
+const CHECKPOINT_V4: u32 = 4;
 
 /// The version whose flag bit 0 meant "cut off at a clean close".
 const CHECKPOINT_V2: u32 = 2;
@@ -131,7 +137,7 @@ impl Checkpoint {
         }
         let (header_bytes, flags) = match u32_at(4) {
             1 => (CHECKPOINT_V1_HEADER_BYTES, 0),
-            CHECKPOINT_V2 | CHECKPOINT_V3 | CHECKPOINT_FORMAT_VERSION => {
+            CHECKPOINT_V2 | CHECKPOINT_V3 | CHECKPOINT_V4 | CHECKPOINT_FORMAT_VERSION => {
                 (CHECKPOINT_HEADER_BYTES, u32_at(40))
             }
             _ => return Err(corrupted("unknown format version")),

@@ -33,6 +33,8 @@
 //!      9    3 reserved         zero
 //!     12    4 body_len_bytes
 //!     16    . body: patches are repeated (offset u32, len u32, bytes);
+//!               a len with bit 31 set (ZERO_FILL_FLAG) is a zero-fill
+//!               patch: len & !ZERO_FILL_FLAG zero bytes, none stored;
 //!               a full block is the block's bytes; a sparse block is
 //!               block_len u32, reserved u32, then segments encoded as
 //!               patches: the block's bytes with every run of at least
@@ -42,7 +44,11 @@
 //! Images are written sparse. A compressed block's padding and an
 //! uncompressed page's free gap are zeros, so an image costs the log about
 //! the bytes the page uses, not its size (PostgreSQL leaves out its pages'
-//! "hole" the same way). Full-block entries are still read.
+//! "hole" the same way). Full-block entries are still read. Patches are
+//! written sparse too: a run of at least ZERO_RUN_BYTES_MIN zero bytes in a
+//! patch (the records a split moved out of its left page, a freed page)
+//! becomes a zero-fill patch of 8 bytes. Logs of checkpoint version 4 and
+//! older hold none.
 
 use std::borrow::Cow;
 
@@ -72,6 +78,11 @@ const KIND_FLUSH_START: u8 = 2;
 const ENTRY_PATCHES: u8 = 1;
 const ENTRY_FULL_BLOCK: u8 = 2;
 const ENTRY_SPARSE_BLOCK: u8 = 3;
+/// Bit 31 of a patch's length: a zero-fill patch, whose bytes are all zero
+/// and not stored. (A patch lies inside a page of at most 64 KiB.)
+const ZERO_FILL_FLAG: u32 = 1 << 31;
+/// The zero bytes a zero-fill patch reads back as: a page's size at most.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 /// Bytes of a sparse block's header: block length u32, reserved u32.
 const SPARSE_HEADER_BYTES: usize = 8;
 /// A sparse image leaves out runs of zero bytes at least this long (whole
@@ -139,7 +150,8 @@ impl RedoGroup {
         self.continued = continued;
     }
 
-    /// Records that `bytes` were written at `offset_bytes` of page `page_id`.
+    /// Records that `bytes` were written at `offset_bytes` of page `page_id`
+    /// (its runs of zeros as zero-fill patches).
     pub fn patch(&mut self, page_id: PageId, offset_bytes: u32, bytes: &[u8]) {
         let start = match self.open_patches {
             Some((start, open_page)) if open_page == page_id => start,
@@ -149,10 +161,19 @@ impl RedoGroup {
                 start
             }
         };
-        let len = u32::try_from(bytes.len()).expect("a patch is smaller than a page");
-        self.body.extend_from_slice(&offset_bytes.to_le_bytes());
-        self.body.extend_from_slice(&len.to_le_bytes());
-        self.body.extend_from_slice(bytes);
+        let body = &mut self.body;
+        for_segments(bytes, |segment, zero| {
+            let offset = offset_bytes + u32::try_from(segment.start).expect("inside a page");
+            let len = u32::try_from(segment.len()).expect("a patch is smaller than a page");
+            debug_assert!(len < ZERO_FILL_FLAG, "a patch is smaller than a page");
+            body.extend_from_slice(&offset.to_le_bytes());
+            if zero {
+                body.extend_from_slice(&(len | ZERO_FILL_FLAG).to_le_bytes());
+            } else {
+                body.extend_from_slice(&len.to_le_bytes());
+                body.extend_from_slice(&bytes[segment]);
+            }
+        });
         self.finish_entry(start);
     }
 
@@ -368,9 +389,16 @@ fn check_patches(mut body: &[u8]) -> std::result::Result<(), &'static str> {
         if body.len() < PATCH_HEADER_BYTES {
             return Err("patch header past the entry's end");
         }
-        let len = read_u32(body, 4) as usize;
+        let len = read_u32(body, 4);
+        let stored = if len & ZERO_FILL_FLAG == 0 {
+            len as usize
+        } else if (len & !ZERO_FILL_FLAG) as usize <= ZEROS.len() {
+            0
+        } else {
+            return Err("zero-fill patch longer than a page");
+        };
         body = body
-            .get(PATCH_HEADER_BYTES + len..)
+            .get(PATCH_HEADER_BYTES + stored..)
             .ok_or("patch bytes past the entry's end")?;
     }
     Ok(())
@@ -381,9 +409,27 @@ fn check_patches(mut body: &[u8]) -> std::result::Result<(), &'static str> {
 /// made of whole aligned words. (No allocation: it runs under the write
 /// mutex, once per image.)
 fn for_nonzero_segments(block: &[u8], mut keep: impl FnMut(std::ops::Range<usize>)) {
+    for_segments(block, |segment, zero| {
+        if !zero {
+            keep(segment);
+        }
+    });
+}
+
+/// Cuts `bytes` into the ranges [`for_nonzero_segments`] keeps and the
+/// zero runs between them, and calls `f` on each in order with whether it
+/// is a zero run. Shorter than a run, `bytes` is one kept range (most
+/// patches: a record, a few header bytes).
+fn for_segments(bytes: &[u8], mut f: impl FnMut(std::ops::Range<usize>, bool)) {
     const WORD: usize = 8;
-    let words = block.len() / WORD;
-    let zero_at = |word: usize| block[word * WORD..(word + 1) * WORD] == [0; WORD];
+    if bytes.len() < ZERO_RUN_BYTES_MIN {
+        if !bytes.is_empty() {
+            f(0..bytes.len(), false);
+        }
+        return;
+    }
+    let words = bytes.len() / WORD;
+    let zero_at = |word: usize| bytes[word * WORD..(word + 1) * WORD] == [0; WORD];
     let mut kept_from = 0;
     let mut word = 0;
     while word < words {
@@ -397,13 +443,14 @@ fn for_nonzero_segments(block: &[u8], mut keep: impl FnMut(std::ops::Range<usize
         }
         if (word - run_start) * WORD >= ZERO_RUN_BYTES_MIN {
             if kept_from < run_start * WORD {
-                keep(kept_from..run_start * WORD);
+                f(kept_from..run_start * WORD, false);
             }
+            f(run_start * WORD..word * WORD, true);
             kept_from = word * WORD;
         }
     }
-    if kept_from < block.len() {
-        keep(kept_from..block.len());
+    if kept_from < bytes.len() {
+        f(kept_from..bytes.len(), false);
     }
 }
 
@@ -469,8 +516,13 @@ impl<'a> Iterator for Patches<'a> {
             return None;
         }
         let offset = read_u32(self.bytes, 0);
-        let len = read_u32(self.bytes, 4) as usize;
+        let len = read_u32(self.bytes, 4);
         // Lengths were checked when the entry was parsed.
+        if len & ZERO_FILL_FLAG != 0 {
+            self.bytes = &self.bytes[PATCH_HEADER_BYTES..];
+            return Some((offset, ZEROS.get(..(len & !ZERO_FILL_FLAG) as usize)?));
+        }
+        let len = len as usize;
         let patch = self
             .bytes
             .get(PATCH_HEADER_BYTES..PATCH_HEADER_BYTES + len)?;
@@ -524,6 +576,58 @@ mod tests {
                 page_id: PageId(7),
                 ..
             }
+        ));
+    }
+
+    #[test]
+    fn zero_runs_in_patches_are_logged_as_zero_fills() {
+        // The run is cut on whole words from the patch's start.
+        let mut bytes = vec![7u8; 24];
+        bytes.extend_from_slice(&[0; 200]);
+        bytes.extend_from_slice(&[9; 13]);
+        let mut group = RedoGroup::new();
+        group.patch(PageId(3), 1000, &bytes);
+        // A short run of zeros stays in its patch.
+        group.patch(PageId(3), 50, &[0; 40]);
+        // Three patch headers and the 37 nonzero bytes, for 237 bytes.
+        let patch_bytes = 3 * PATCH_HEADER_BYTES + 37 + PATCH_HEADER_BYTES + 40;
+        assert_eq!(
+            group.encoded_len(),
+            GROUP_HEADER_BYTES + ENTRY_HEADER_BYTES + patch_bytes
+        );
+        let logged = logged(&group, Lsn(4096));
+        let entries = logged.entries().unwrap();
+        let RedoEntry::Patches { patches, .. } = entries[0].clone() else {
+            panic!("a patches entry")
+        };
+        // Applied in order, the patches rebuild the bytes.
+        let mut page = vec![0xaa; 2000];
+        for (offset, patch) in patches {
+            page[offset as usize..offset as usize + patch.len()].copy_from_slice(patch);
+        }
+        assert_eq!(&page[1000..1000 + bytes.len()], &bytes[..]);
+        assert_eq!(&page[50..90], &[0; 40]);
+        assert!(page[..50].iter().chain(&page[90..1000]).all(|&b| b == 0xaa));
+    }
+
+    #[test]
+    fn a_zero_fill_longer_than_a_page_is_corruption() {
+        let mut group = RedoGroup::new();
+        group.patch(PageId(1), 0, &[0; 128]);
+        let mut out = Vec::new();
+        group.encode_into(Lsn(512), &mut out);
+        // The zero-fill's length field, made 64 KiB + 8, then the CRC fixed.
+        let at = GROUP_HEADER_BYTES + ENTRY_HEADER_BYTES + 4;
+        let len = (ZEROS.len() as u32 + 8) | ZERO_FILL_FLAG;
+        out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&[0; 4]);
+        let crc = crc32c::crc32c(&out);
+        out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        let header = parse_header(out[..GROUP_HEADER_BYTES].try_into().unwrap()).unwrap();
+        let logged = LoggedGroup::new(header, out);
+        assert!(matches!(
+            logged.entries(),
+            Err(Error::LogCorrupted { lsn: Lsn(512), .. })
         ));
     }
 
