@@ -158,7 +158,14 @@ pub trait BlockFile: Send + Sync + Debug {
             return Ok(());
         }
         let chunk = len_bytes.min(ZERO_WRITE_BYTES_MAX);
-        let zeros = AlignedBuf::zeroed(chunk as usize, self.alignment().mem_bytes);
+        let owned;
+        let zeros: &[u8] = match shared_zeros(self.alignment().mem_bytes) {
+            Some(zeros) => zeros,
+            None => {
+                owned = AlignedBuf::zeroed(chunk as usize, self.alignment().mem_bytes);
+                &owned
+            }
+        };
         let end = offset_bytes + len_bytes;
         let mut at = offset_bytes;
         while at < end {
@@ -172,6 +179,26 @@ pub trait BlockFile: Send + Sync + Debug {
 
 /// The largest single write of [`BlockFile::write_zeros`] (and its buffer).
 pub const ZERO_WRITE_BYTES_MAX: u64 = 1 << 20;
+
+/// Alignment of [`shared_zeros`]'s buffer: a page, which every
+/// [`Alignment`] the files ask for divides.
+const SHARED_ZEROS_ALIGN_BYTES: usize = 4096;
+
+/// One buffer of [`ZERO_WRITE_BYTES_MAX`] zeros for every
+/// [`BlockFile::write_zeros`] of the process, if `mem_bytes` divides its
+/// alignment. (Each call used to allocate its own: a fresh mapping of 1 MiB,
+/// faulted in, zeroed and unmapped again, on the writer's thread when the
+/// log or a data file grows.)
+fn shared_zeros(mem_bytes: usize) -> Option<&'static [u8]> {
+    static ZEROS: std::sync::OnceLock<AlignedBuf> = std::sync::OnceLock::new();
+    SHARED_ZEROS_ALIGN_BYTES
+        .is_multiple_of(mem_bytes.max(1))
+        .then(|| {
+            &ZEROS.get_or_init(|| {
+                AlignedBuf::zeroed(ZERO_WRITE_BYTES_MAX as usize, SHARED_ZEROS_ALIGN_BYTES)
+            })[..]
+        })
+}
 
 /// Opens (creating by default) the file at `path` with the backend, flush
 /// method and threads of `options`.
