@@ -142,3 +142,49 @@ fn the_writer_takes_what_one_write_refuses() {
     let db: Db = small().open(dir.path()).unwrap();
     assert_eq!(db.open_tree("t").unwrap().iter().count(), 5_000);
 }
+
+/// Puts mostly out of key order are applied sorted, with half splits (the
+/// order is the writer's doing, not the caller's); an ascending load keeps
+/// its order and the split policy packs its leaves. Both hold every entry.
+#[test]
+fn random_puts_are_applied_sorted_with_half_splits_ascending_ones_as_written() {
+    let dir = tempdir();
+    let db = small()
+        .buffer_pool_bytes(32 << 20)
+        .open(dir.path())
+        .unwrap();
+    let random = db.tree("random").unwrap();
+    let ascending = db.tree("ascending").unwrap();
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut model = Model::new();
+    let mut writer = db.chunked_writer();
+    for _ in 0..20_000 {
+        let k = key(rng.random_range(0..1_000_000));
+        writer.put(&random, &k, &[3; 100]).unwrap();
+        model.insert(k, vec![3; 100]);
+    }
+    writer.finish().unwrap();
+    assert_same(&random, &model);
+    let random_stats = random.stats().unwrap();
+    assert!(random_stats.splits.half > 100, "{:?}", random_stats.splits);
+    assert_eq!(
+        random_stats.splits.sequential, 0,
+        "{:?}",
+        random_stats.splits
+    );
+
+    let mut writer = db.chunked_writer();
+    for i in 0..20_000 {
+        writer.put(&ascending, &key(i), &[3; 100]).unwrap();
+    }
+    writer.finish().unwrap();
+    assert_eq!(ascending.len().unwrap(), 20_000);
+    let ascending_stats = ascending.stats().unwrap();
+    assert!(
+        ascending_stats.splits.sequential > 10 * ascending_stats.splits.half,
+        "{:?}",
+        ascending_stats.splits
+    );
+    assert!(ascending_stats.leaf_fill > random_stats.leaf_fill + 0.2);
+    ascending.check().unwrap();
+}

@@ -105,6 +105,12 @@ pub struct OpContext {
     /// them in one change of the meta page, so a batch of inserts logs one
     /// count instead of one per insert.
     pub entry_delta: i64,
+    /// Split as for random inserts, whatever the page's last inserts say:
+    /// the writer put these operations in key order itself, so an ascending
+    /// run is its doing, not the caller's (see `barracuda::ChunkedWriter`).
+    /// Without it, a bulk load sorted for locality would leave its leaves
+    /// full, and the random writes after it would split them all again.
+    pub half_splits: bool,
     /// Every committed patch, in commit order; `pages` index into it.
     patch_list: Vec<PatchAt>,
     /// The patches' bytes, one after the other: one buffer for the whole

@@ -1039,8 +1039,15 @@ impl<S: PageStore> Tree<S> {
 
     /// Candidate cuts for splitting `recs` (the page's records plus the new
     /// one at `new_idx`, if the split makes room for one), best first, and
-    /// the kind of the first.
-    fn cuts(&self, p: &[u8], recs: &[RecBuf], new_idx: Option<usize>) -> (Vec<usize>, SplitKind) {
+    /// the kind of the first. The split policy has no say when `op` asks
+    /// for half splits ([`OpContext::half_splits`]).
+    fn cuts(
+        &self,
+        p: &[u8],
+        recs: &[RecBuf],
+        new_idx: Option<usize>,
+        op: &OpContext,
+    ) -> (Vec<usize>, SplitKind) {
         let n = recs.len();
         let limit = self.limit_bytes();
         let fits = |c: usize| {
@@ -1048,7 +1055,9 @@ impl<S: PageStore> Tree<S> {
                 && page::image_bytes(&recs[..c]) <= limit
                 && page::image_bytes(&recs[c..]) <= limit
         };
-        let policy_cut = new_idx.and_then(|new_idx| self.policy_cut(p, recs, new_idx));
+        let policy_cut = new_idx
+            .filter(|_| !op.half_splits)
+            .and_then(|new_idx| self.policy_cut(p, recs, new_idx));
         let mid = fraction_cut(recs, 1, 2);
         let mut out = Vec::new();
         let mut kind = SplitKind::Half;
@@ -1391,7 +1400,7 @@ impl<S: PageStore> Tree<S> {
         op: &mut OpContext,
     ) -> Result<Option<Split>> {
         let recs = &job.recs;
-        let (cuts, policy_kind) = self.cuts(old, recs, job.new_idx);
+        let (cuts, policy_kind) = self.cuts(old, recs, job.new_idx, op);
         let leaf = page::is_leaf(old);
         for (k, &cut) in cuts.iter().enumerate() {
             let (l, r) = recs.split_at(cut);
@@ -1540,7 +1549,7 @@ impl<S: PageStore> Tree<S> {
         op: &mut OpContext,
     ) -> Result<Option<SplitKind>> {
         let recs = &job.recs;
-        let (cuts, policy_kind) = self.cuts(root, recs, job.new_idx);
+        let (cuts, policy_kind) = self.cuts(root, recs, job.new_idx, op);
         let leaf = page::is_leaf(root);
         let level = page::level(root);
         let mut ids = [root.page_id(); 2];

@@ -233,3 +233,31 @@ fn compaction_never_grows_the_directory() {
         }
     }
 }
+
+/// An ascending run splits at its insertion point (pages left full), unless
+/// the operation asks for half splits: a writer that sorted random keys
+/// itself must not leave the full pages of a sequential load behind.
+#[test]
+fn half_splits_override_the_split_policy() {
+    for half_splits in [false, true] {
+        let store = Arc::new(MemStore::new(4096).unwrap());
+        let tree = Tree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
+        let mut op = barracuda_btree::OpContext::new();
+        op.half_splits = half_splits;
+        for i in 0..3000u32 {
+            tree.insert_in(&mut op, &i.to_be_bytes(), &[7; 40]).unwrap();
+        }
+        tree.settle_entry_count(&mut op).unwrap();
+        tree.check_invariants().unwrap();
+        let counts = tree.split_counts();
+        assert!(counts.half + counts.sequential > 20, "{counts:?}");
+        if half_splits {
+            assert_eq!(counts.sequential, 0, "{counts:?}");
+        } else {
+            assert!(counts.sequential > counts.half, "{counts:?}");
+        }
+        for i in (0..3000u32).step_by(7) {
+            assert_eq!(tree.get(&i.to_be_bytes()).unwrap(), Some(vec![7; 40]));
+        }
+    }
+}
