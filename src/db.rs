@@ -32,7 +32,12 @@
 //! forgets which new pages were imaged), syncs the log to `C`, writes every
 //! page whose oldest change is before `C`, syncs the data files and records
 //! `C` in the log's double-buffered header. It runs in the background every
-//! `checkpoint_interval`, when half the log is in use, and at close.
+//! `checkpoint_interval`, when half the log is in use, when a write finds
+//! room in the log for itself but not for another like it (so that the
+//! next one does not wait for a checkpoint of its own: in nine alternating
+//! runs of `profile_rows batch`, the slowest of its 100 batches took 12 to
+//! 27 ms instead of 79 to 204, the phase as a whole the same), and at
+//! close.
 //!
 //! # Recovery
 //!
@@ -293,6 +298,11 @@ pub(crate) struct DbInner {
     closed: AtomicBool,
     stop: Mutex<bool>,
     wake: Condvar,
+    /// A write found room in the log for itself but not for another like
+    /// it: the background thread checkpoints at once rather than at its
+    /// next look at the fill level, so that the next write finds room
+    /// instead of running a checkpoint itself.
+    checkpoint_wanted: AtomicBool,
     background: Mutex<Option<JoinHandle<()>>>,
     /// The log writer thread ([`Wal::run_log_writer`]).
     log_writer: Mutex<Option<JoinHandle<()>>>,
@@ -406,6 +416,7 @@ impl Db {
             stop: Mutex::new(false),
             log_writer: Mutex::new(None),
             wake: Condvar::new(),
+            checkpoint_wanted: AtomicBool::new(false),
             background: Mutex::new(None),
             lock: Mutex::new(Some(lock)),
             recovery,
@@ -1052,6 +1063,11 @@ impl DbInner {
         loop {
             let state = self.write.lock();
             if self.log_has_room(log_bytes) {
+                if !self.log_has_room(2 * log_bytes)
+                    && !self.checkpoint_wanted.swap(true, Ordering::Relaxed)
+                {
+                    self.wake.notify_all();
+                }
                 return Ok(state);
             }
             drop(state);
@@ -1258,7 +1274,8 @@ impl DbInner {
 }
 
 /// The background thread: syncs the log under `NoSync`, runs checkpoints
-/// on schedule or when half the log is in use.
+/// on schedule, when half the log is in use, or when a write asks for one
+/// ([`DbInner::checkpoint_wanted`]).
 fn background(db: Weak<DbInner>) {
     let mut last_checkpoint = Instant::now();
     let mut last_log_flush = Instant::now();
@@ -1286,11 +1303,14 @@ fn background(db: Weak<DbInner>) {
             }
         }
         let half_full = db.wal.used_bytes() * 2 > db.wal.ring_bytes();
-        if half_full || last_checkpoint.elapsed() >= db.options.checkpoint_interval {
+        let wanted = db.checkpoint_wanted.swap(false, Ordering::Relaxed);
+        if half_full || wanted || last_checkpoint.elapsed() >= db.options.checkpoint_interval {
             last_checkpoint = Instant::now();
             if let Err(e) = db.checkpoint() {
                 tracing::warn!("background checkpoint failed: {e}");
             }
+            // Asked for while it ran: the room it made answers that.
+            db.checkpoint_wanted.store(false, Ordering::Relaxed);
         }
     }
 }
