@@ -93,6 +93,11 @@ impl Drop for SharedGuard<'_> {
     }
 }
 
+/// The most unchanged bytes between two writes that [`ExclusiveGuard::write`]
+/// still records as one patch: a patch costs a header of about this size
+/// wherever it is recorded (the log, a block's modification log).
+const PATCH_GAP_MERGE_BYTES: usize = 8;
+
 /// One recorded change: `len` bytes at `offset`, whose previous contents are
 /// at `undo_offset` of the guard's undo buffer.
 #[derive(Clone, Copy, Debug)]
@@ -149,7 +154,9 @@ impl<'a> ExclusiveGuard<'a> {
         unsafe { self.pool.frame(self.frame_chunk()) }
     }
 
-    /// Writes `bytes` at `offset` of the page, remembering the old bytes.
+    /// Writes `bytes` at `offset` of the page, remembering the old bytes. A
+    /// write that starts at most 8 bytes after the last patch's end extends
+    /// that patch (over the bytes between, unchanged) instead of adding one.
     pub fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
         let page_size_bytes = self.pool.page_size_bytes;
         let reserved_bytes = self.pool.services.codec.page_header_reserved_bytes();
@@ -170,6 +177,21 @@ impl<'a> ExclusiveGuard<'a> {
         }
         // SAFETY: pinned and exclusively latched by this guard.
         let frame = unsafe { self.pool.frame_mut(self.frame_chunk()) };
+        // A write that starts at most `PATCH_GAP_MERGE_BYTES` after the last
+        // patch ends extends it over the gap (whose bytes it logs as they
+        // are): an insert's header fields are one patch, not three.
+        if let Some(last) = self.patches.last_mut() {
+            let last_end = (last.offset + last.len) as usize;
+            if (last_end..=last_end + PATCH_GAP_MERGE_BYTES).contains(&offset) {
+                let end = offset + bytes.len();
+                if end > last_end {
+                    self.undo.extend_from_slice(&frame[last_end..end]);
+                    last.len = (end - last.offset as usize) as u32;
+                }
+                frame[offset..end].copy_from_slice(bytes);
+                return Ok(());
+            }
+        }
         let target = &mut frame[offset..offset + bytes.len()];
         let undo_offset = self.undo.len() as u32;
         self.undo.extend_from_slice(target);

@@ -506,6 +506,34 @@ fn a_guard_dropped_uncommitted_leaves_nothing_to_the_next_guard() {
     pool.check_invariants();
 }
 
+/// A write that starts at most 8 bytes after the last patch's end extends
+/// that patch over the bytes between; a rollback still restores every byte.
+#[test]
+fn writes_close_after_the_last_patch_extend_it() {
+    let pool = durable_pool(8);
+    let mut g = pool.create(PageId(1)).unwrap();
+    g.write(100, b"abcd").unwrap();
+    assert_eq!(g.commit(Lsn(1)).unwrap(), CommitOutcome::Fits);
+    g.write(100, b"xy").unwrap();
+    g.write(102, b"z").unwrap(); // adjacent
+    g.write(111, b"w").unwrap(); // 8 unchanged bytes between
+    assert_eq!(g.pending_patch_count(), 1);
+    let patches: Vec<(usize, Vec<u8>)> =
+        g.pending_patches().map(|(o, b)| (o, b.to_vec())).collect();
+    let mut expected = b"xyzd".to_vec();
+    expected.extend_from_slice(&[0; 7]);
+    expected.push(b'w');
+    assert_eq!(patches, vec![(100, expected)]);
+    g.write(121, b"v").unwrap(); // 9 bytes after: a patch of its own
+    g.write(50, b"u").unwrap(); // before: a patch of its own
+    assert_eq!(g.pending_patch_count(), 3);
+    g.rollback();
+    assert_eq!(&g[100..104], b"abcd");
+    assert!(g[104..130].iter().chain(&g[48..52]).all(|&b| b == 0));
+    drop(g);
+    pool.check_invariants();
+}
+
 /// An uncompressed pool of `frames` frames whose log is always durable.
 fn durable_pool(frames: usize) -> BufferPool {
     let durable = Arc::new(AtomicU64::new(u64::MAX));
