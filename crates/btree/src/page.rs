@@ -577,6 +577,53 @@ impl RecBuf {
         }
     }
 
+    /// The record, borrowed (what [`insert`] takes).
+    #[must_use]
+    pub fn borrowed(&self) -> RecRef<'_> {
+        RecRef {
+            key: &self.key,
+            flags: self.flags,
+            value: &self.value,
+        }
+    }
+
+    fn encode_into(&self, out: &mut [u8], next: usize, key: &[u8]) {
+        self.borrowed().encode_into(out, next, key);
+    }
+}
+
+/// A record to insert, borrowed from its caller: an insert that fits its
+/// leaf copies its key and value once, into the page, where an owned
+/// [`RecBuf`] would first copy them into two allocations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecRef<'a> {
+    /// The key (ignored for the first record of an internal page).
+    pub key: &'a [u8],
+    /// Record flags.
+    pub flags: u8,
+    /// Stored value bytes (inline value, overflow reference, or child id).
+    pub value: &'a [u8],
+}
+
+impl RecRef<'_> {
+    /// Bytes this record takes in a page (without directory).
+    #[allow(clippy::len_without_is_empty, reason = "a record is never empty")]
+    #[must_use]
+    pub fn len(&self) -> usize {
+        RECORD_HEADER_BYTES + self.key.len() + self.value.len()
+    }
+
+    /// An owned copy (for a split, which rebuilds pages from owned records).
+    #[must_use]
+    pub fn to_buf(&self) -> RecBuf {
+        RecBuf {
+            key: self.key.to_vec(),
+            flags: self.flags,
+            value: self.value.to_vec(),
+            old_offset: None,
+        }
+    }
+
     fn encode_into(&self, out: &mut [u8], next: usize, key: &[u8]) {
         out[0..2].copy_from_slice(&(next as u16).to_le_bytes());
         out[2..4].copy_from_slice(&(key.len() as u16).to_le_bytes());
@@ -585,7 +632,7 @@ impl RecBuf {
         out[7] = 0;
         let k_end = RECORD_HEADER_BYTES + key.len();
         out[RECORD_HEADER_BYTES..k_end].copy_from_slice(key);
-        out[k_end..k_end + self.value.len()].copy_from_slice(&self.value);
+        out[k_end..k_end + self.value.len()].copy_from_slice(self.value);
     }
 }
 
@@ -818,11 +865,11 @@ fn make_room<G: PageWrite>(g: &mut G, len: usize) -> bool {
 
 /// Inserts `rec` at the point `pr` found (which must be a miss). The caller
 /// checked [`has_room`]. Returns the new record's offset.
-pub fn insert<G: PageWrite>(g: &mut G, pr: Probe, rec: &RecBuf) -> usize {
+pub fn insert<G: PageWrite>(g: &mut G, pr: Probe, rec: RecRef<'_>) -> usize {
     debug_assert_eq!(pr.found, 0);
     // A compaction moves records: probe again (cheap, in-page).
     let pr = if make_room(g, rec.len()) {
-        probe(g, &rec.key)
+        probe(g, rec.key)
     } else {
         pr
     };
@@ -836,7 +883,7 @@ pub fn insert<G: PageWrite>(g: &mut G, pr: Probe, rec: &RecBuf) -> usize {
     let key: &[u8] = if internal && pr.pred == 0 && record_count(g) == 0 {
         &[]
     } else {
-        &rec.key
+        rec.key
     };
     let len = RECORD_HEADER_BYTES + key.len() + rec.value.len();
     with_scratch(len, |buf| {

@@ -723,9 +723,13 @@ impl<S: PageStore> Tree<S> {
 
     // ---------------------------------------------------------------- values
 
-    fn encode_value(&self, op: &mut OpContext, value: &[u8]) -> Result<(u8, Vec<u8>)> {
+    fn encode_value<'v>(
+        &self,
+        op: &mut OpContext,
+        value: &'v [u8],
+    ) -> Result<(u8, std::borrow::Cow<'v, [u8]>)> {
         if value.len() <= page::value_inline_bytes_max(self.page_size()) {
-            return Ok((0, value.to_vec()));
+            return Ok((0, std::borrow::Cow::Borrowed(value)));
         }
         let mut first = None;
         if let Err(e) = self.write_chain(op, value, &mut first) {
@@ -739,7 +743,7 @@ impl<S: PageStore> Tree<S> {
         let first = first.ok_or_else(|| unreachable_err(self.root))?;
         let mut stored = first.0.to_le_bytes().to_vec();
         stored.extend_from_slice(&(value.len() as u64).to_le_bytes());
-        Ok((REC_OVERFLOW, stored))
+        Ok((REC_OVERFLOW, std::borrow::Cow::Owned(stored)))
     }
 
     /// Writes `value` into a new overflow chain, from its end, so that each
@@ -888,13 +892,12 @@ impl<S: PageStore> Tree<S> {
         check_key(key)?;
         check_value(value)?;
         let (flags, stored) = self.encode_value(op, value)?;
-        let rec = RecBuf {
-            key: key.to_vec(),
+        let rec = page::RecRef {
+            key,
             flags,
-            value: stored,
-            old_offset: None,
+            value: &stored,
         };
-        let chain = (flags & REC_OVERFLOW != 0).then(|| decode_overflow_ref(&rec.value).0);
+        let chain = (flags & REC_OVERFLOW != 0).then(|| decode_overflow_ref(rec.value).0);
         let result = self.upsert(op, rec);
         match (result, chain) {
             (Err(e), Some(first)) => {
@@ -918,12 +921,12 @@ impl<S: PageStore> Tree<S> {
 
     /// Inserts or replaces `rec`: optimistically in its leaf, else on an
     /// exclusively latched path, splitting as needed.
-    fn upsert(&self, op: &mut OpContext, rec: RecBuf) -> Result<bool> {
-        let key = rec.key.as_slice();
+    fn upsert(&self, op: &mut OpContext, rec: page::RecRef<'_>) -> Result<bool> {
+        let key = rec.key;
         {
             let (mut leaf, hint) = self.leaf_exclusive(key)?;
             let span = hint.span.as_ref();
-            if let LeafOutcome::Done(existed) = self.leaf_upsert(&mut leaf, op, &rec, span)? {
+            if let LeafOutcome::Done(existed) = self.leaf_upsert(&mut leaf, op, rec, span)? {
                 return Ok(existed);
             }
         }
@@ -932,7 +935,7 @@ impl<S: PageStore> Tree<S> {
             let mut path = self.path_exclusive(key, self.config.compressed, |p| {
                 self.safe_for_insert(p, len)
             })?;
-            match self.insert_on_path(&mut path, op, rec.clone())? {
+            match self.insert_on_path(&mut path, op, rec.to_buf())? {
                 Attempt::Done(existed) => return Ok(existed),
                 Attempt::SplitFirst(first) => {
                     drop(path);
@@ -949,10 +952,10 @@ impl<S: PageStore> Tree<S> {
         &self,
         leaf: &mut G,
         op: &mut OpContext,
-        rec: &RecBuf,
+        rec: page::RecRef<'_>,
         span: Option<&page::KeySpan>,
     ) -> Result<LeafOutcome> {
-        let pr = page::probe_in(leaf, &rec.key, span);
+        let pr = page::probe_in(leaf, rec.key, span);
         // The replaced record: its length, its value's, and its chain.
         let old = (pr.found != 0).then(|| {
             (
@@ -964,14 +967,14 @@ impl<S: PageStore> Tree<S> {
         let limit = self.limit_bytes();
         match old {
             Some((_, value_len, _)) if value_len == rec.value.len() => {
-                page::overwrite_value(leaf, pr.found, rec.flags, &rec.value);
+                page::overwrite_value(leaf, pr.found, rec.flags, rec.value);
             }
             Some((old_len, _, _)) => {
                 if page::used_bytes(leaf) - old_len + rec.len() + 2 * page::SLOT_BYTES > limit {
                     return Ok(LeafOutcome::Full);
                 }
                 page::remove(leaf, pr);
-                let pr = page::probe_in(leaf, &rec.key, span);
+                let pr = page::probe_in(leaf, rec.key, span);
                 page::insert(leaf, pr, rec);
             }
             None => {
@@ -1010,7 +1013,7 @@ impl<S: PageStore> Tree<S> {
         rec: RecBuf,
     ) -> Result<Attempt> {
         let last = path.len() - 1;
-        let cause = match self.leaf_upsert(&mut path[last], op, &rec, None)? {
+        let cause = match self.leaf_upsert(&mut path[last], op, rec.borrowed(), None)? {
             LeafOutcome::Done(existed) => return Ok(Attempt::Done(existed)),
             LeafOutcome::Full => None,
             LeafOutcome::Unfit => Some(SplitKind::CompressionFailure),
@@ -1273,7 +1276,7 @@ impl<S: PageStore> Tree<S> {
             room = page::has_room(&image, rec.len(), limit);
             if room {
                 let pr = page::probe(&image, &rec.key);
-                page::insert(&mut image, pr, &rec);
+                page::insert(&mut image, pr, rec.borrowed());
             }
         }
         for sep in seps {
@@ -1281,7 +1284,7 @@ impl<S: PageStore> Tree<S> {
             if room {
                 let pr = page::probe(&image, &sep.key);
                 debug_assert_eq!(pr.found, 0, "separator already in parent");
-                page::insert(&mut image, pr, sep);
+                page::insert(&mut image, pr, sep.borrowed());
             }
         }
         let mut cause = None;
@@ -2118,7 +2121,7 @@ impl<S: PageStore> Tree<S> {
         let mut parent_image = Scratch::of_guard(parent);
         page::remove(&mut parent_image, pr);
         let pr = page::probe(&parent_image, &new_sep.key);
-        page::insert(&mut parent_image, pr, &new_sep);
+        page::insert(&mut parent_image, pr, new_sep.borrowed());
         self.mark_if_sparse(&mut parent_image);
         let [left_image, right_image] = images;
         if !self.would_fit(left, &left_image, op)?
