@@ -29,8 +29,9 @@
 //! # Checkpoints
 //!
 //! A checkpoint picks `C` = the end of the log under the write mutex (and
-//! forgets which new pages were imaged), syncs the log to `C`, writes every
-//! page whose oldest change is before `C`, syncs the data files and records
+//! forgets the imaged new pages that were written since), syncs the log to
+//! `C`, writes every page whose oldest change is before `C`, syncs the data
+//! files and records
 //! `C` in the log's double-buffered header. It runs in the background every
 //! `checkpoint_interval`, when half the log is in use, when a write finds
 //! room in the log for itself but not for another like it (so that the
@@ -198,7 +199,8 @@ type PageIdSet = HashSet<PageId, BuildHasherDefault<PageIdHasher>>;
 /// What the write mutex guards.
 #[derive(Default)]
 struct WriteState {
-    /// Logged page ids whose image is in the log since the last checkpoint.
+    /// Logged page ids of unwritten pages whose image is in the log (after
+    /// the last checkpoint, or before it while that checkpoint writes them).
     imaged: PageIdSet,
     /// The group being built (kept to reuse its buffer).
     group: RedoGroup,
@@ -1176,17 +1178,35 @@ impl DbInner {
     }
 
     /// [`DbInner::checkpoint`], with the checkpoint lock held.
+    ///
+    /// The imaged set keeps the pages still unwritten when the target is
+    /// picked: their image is before the target, and the checkpoint writes
+    /// them (their oldest change is before it too), so recovery from the
+    /// target reads them from the data file, and a change to them while the
+    /// checkpoint runs needs no second image. (Cleared, each checkpoint made
+    /// the changes of new pages made while it ran log their images again:
+    /// 16 to 20 MB more of `profile_rows batch`'s 89 MB once checkpoints ran
+    /// earlier.) Pages of a tree it does not find are forgotten, which only
+    /// costs an image.
     fn checkpoint_with_lock_held(&self) -> Result<()> {
+        let trees: Vec<_> = self.trees.read().iter().map(|t| t.load()).collect();
         let target = {
             let mut state = self.write.lock();
-            state.imaged.clear();
+            state.imaged.retain(|&logged| {
+                let (tree_id, page_id) = split_logged_page_id(logged);
+                trees
+                    .iter()
+                    .find(|tree| tree.entry.id == tree_id)
+                    .is_some_and(|tree| tree.pool().is_unwritten(page_id))
+            });
             self.wal.next_lsn()
         };
         self.checkpoint_to(target, &[])
     }
 
     /// A checkpoint at `target` (picked under the write mutex, with the
-    /// imaged set cleared), also flushing `more` trees that are not in the
+    /// imaged set reduced to unwritten pages, or cleared while the write
+    /// mutex is held throughout), also flushing `more` trees that are not in the
     /// catalog yet (a compaction's new tree). The caller holds the
     /// checkpoint lock.
     fn checkpoint_to(&self, target: Lsn, more: &[&TreeInner]) -> Result<()> {
