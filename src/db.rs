@@ -31,13 +31,13 @@
 //! A checkpoint picks `C` = the end of the log under the write mutex (and
 //! forgets the imaged new pages that were written since), syncs the log to
 //! `C`, writes every page whose oldest change is before `C`, syncs the data
-//! files and records
-//! `C` in the log's double-buffered header. It runs in the background every
-//! `checkpoint_interval`, when half the log is in use, when a write finds
-//! that a write like it would lack room an eighth of the ring from now (so
-//! that the next ones do not wait for a checkpoint of their own: in
-//! `profile_rows batch` the slowest of its 100 batches took 8 to 45 ms
-//! instead of 79 to 204, the phase as a whole the same), and at close.
+//! files and records `C` in the log's double-buffered header. It runs in
+//! the background every `checkpoint_interval`, when half the log is in use,
+//! when a write finds that a write like it would lack room an eighth of the
+//! ring from now (so that the next ones do not wait for a checkpoint of
+//! their own: in `profile_rows batch` the slowest of its 100 batches took 9
+//! to 45 ms instead of 79 to 204, the phase as a whole the same), and at
+//! close.
 //!
 //! # Recovery
 //!
