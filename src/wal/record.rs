@@ -614,17 +614,10 @@ mod tests {
     fn a_zero_fill_longer_than_a_page_is_corruption() {
         let mut group = RedoGroup::new();
         group.patch(PageId(1), 0, &[0; 128]);
-        let mut out = Vec::new();
-        group.encode_into(Lsn(512), &mut out);
-        // The zero-fill's length field, made 64 KiB + 8, then the CRC fixed.
+        // The zero-fill's length field, made 64 KiB + 8.
         let at = GROUP_HEADER_BYTES + ENTRY_HEADER_BYTES + 4;
         let len = (ZEROS.len() as u32 + 8) | ZERO_FILL_FLAG;
-        out[at..at + 4].copy_from_slice(&len.to_le_bytes());
-        out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&[0; 4]);
-        let crc = crc32c::crc32c(&out);
-        out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
-        let header = parse_header(out[..GROUP_HEADER_BYTES].try_into().unwrap()).unwrap();
-        let logged = LoggedGroup::new(header, out);
+        let logged = logged_with_u32_at(&group, at, len);
         assert!(matches!(
             logged.entries(),
             Err(Error::LogCorrupted { lsn: Lsn(512), .. })
@@ -648,20 +641,25 @@ mod tests {
     fn malformed_entries_are_corruption_not_panics() {
         let mut group = RedoGroup::new();
         group.patch(PageId(1), 10, &[1, 2, 3]);
-        let mut out = Vec::new();
-        group.encode_into(Lsn(512), &mut out);
-        // Claim a longer body than the group has, then fix the CRC.
-        let at = GROUP_HEADER_BYTES + 12;
-        out[at..at + 4].copy_from_slice(&1000u32.to_le_bytes());
-        out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&[0; 4]);
-        let crc = crc32c::crc32c(&out);
-        out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
-        let header = parse_header(out[..GROUP_HEADER_BYTES].try_into().unwrap()).unwrap();
-        let logged = LoggedGroup::new(header, out);
+        // Claim a longer body than the group has.
+        let logged = logged_with_u32_at(&group, GROUP_HEADER_BYTES + 12, 1000);
         assert!(matches!(
             logged.entries(),
             Err(Error::LogCorrupted { lsn: Lsn(512), .. })
         ));
+    }
+
+    /// `group` logged at LSN 512 with `value` written over the u32 at `at`,
+    /// and its CRC made right again: damage only the parser can see.
+    fn logged_with_u32_at(group: &RedoGroup, at: usize, value: u32) -> LoggedGroup {
+        let mut out = Vec::new();
+        group.encode_into(Lsn(512), &mut out);
+        out[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&[0; 4]);
+        let crc = crc32c::crc32c(&out);
+        out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        let header = parse_header(out[..GROUP_HEADER_BYTES].try_into().unwrap()).unwrap();
+        LoggedGroup::new(header, out)
     }
 
     fn logged_block(block: &[u8]) -> (usize, Vec<u8>) {
