@@ -164,7 +164,9 @@ impl WriteBatch {
             .collect()
     }
 
-    /// [`crate::Db::write_with`]: the whole batch as one atomic write.
+    /// [`crate::Db::write_with`]: the whole batch as one atomic write, in
+    /// key order; with half splits unless the caller's order was mostly
+    /// that already (as a chunked writer's puts).
     pub(crate) fn apply(
         mut self,
         db: &std::sync::Arc<DbInner>,
@@ -172,9 +174,10 @@ impl WriteBatch {
     ) -> Result<()> {
         self.check_database(db)?;
         let mut ops = std::mem::take(&mut self.ops);
+        let half_splits = !self.mostly_in_order(&ops);
         self.sort_by_key(&mut ops);
         let op_bytes = self.check_ops(db, &ops)?;
-        self.apply_ops(db, &ops, &op_bytes, durability, false)
+        self.apply_ops(db, &ops, &op_bytes, durability, half_splits)
     }
 
     /// Applies the batch as consecutive atomic writes (see

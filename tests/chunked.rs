@@ -143,6 +143,45 @@ fn the_writer_takes_what_one_write_refuses() {
     assert_eq!(db.open_tree("t").unwrap().iter().count(), 5_000);
 }
 
+/// A `WriteBatch` is applied in key order too: random keys with half
+/// splits, ascending ones as the split policy sees them.
+#[test]
+fn a_random_write_batch_splits_in_half_an_ascending_one_by_the_policy() {
+    let dir = tempdir();
+    let db = small()
+        .buffer_pool_bytes(32 << 20)
+        .open(dir.path())
+        .unwrap();
+    let random = db.tree("random").unwrap();
+    let ascending = db.tree("ascending").unwrap();
+    let mut rng = SmallRng::seed_from_u64(9);
+    let per_batch = random.batch_ops_max(11, 100).min(500);
+    let mut model = Model::new();
+    for _ in 0..20 {
+        let mut batch = WriteBatch::new();
+        for _ in 0..per_batch {
+            let k = key(rng.random_range(0..1_000_000));
+            batch.put(&random, &k, &[4; 100]);
+            model.insert(k, vec![4; 100]);
+        }
+        db.write(batch).unwrap();
+    }
+    assert_same(&random, &model);
+    let splits = random.stats().unwrap().splits;
+    assert!(splits.half > 10, "{splits:?}");
+    assert_eq!(splits.sequential, 0, "{splits:?}");
+    for b in 0..20u64 {
+        let mut batch = WriteBatch::new();
+        for i in 0..per_batch as u64 {
+            batch.put(&ascending, &key(b * per_batch as u64 + i), &[4; 100]);
+        }
+        db.write(batch).unwrap();
+    }
+    let splits = ascending.stats().unwrap().splits;
+    assert!(splits.sequential > 10 * splits.half, "{splits:?}");
+    ascending.check().unwrap();
+}
+
 /// Puts mostly out of key order are applied sorted, with half splits (the
 /// order is the writer's doing, not the caller's); an ascending load keeps
 /// its order and the split policy packs its leaves. Both hold every entry.
