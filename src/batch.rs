@@ -32,6 +32,13 @@ const PREFETCH_OPS_MIN: usize = barracuda_btree::PREFETCH_SAMPLE_KEYS;
 /// `barracuda_btree::PREFETCH_SAMPLE_KEYS` operations starts reading the
 /// leaves it will change that are not cached, as one asynchronous batch
 /// (only when a sample of them misses the pool).
+///
+/// A batch is applied in key order (a stable sort: the operations on one
+/// key keep their order). When fewer than three in four of its operations
+/// come after their predecessor, its splits are half splits: the ascending
+/// run is the sort's, not a sequential load for the split policy to pack
+/// (peers workload 1: batch writes 470 -> 410 ms, the removals after them
+/// 118 -> 83 ms).
 #[derive(Debug, Default)]
 pub struct WriteBatch {
     /// The trees the operations name, each once.

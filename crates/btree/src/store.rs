@@ -107,9 +107,10 @@ pub struct OpContext {
     pub entry_delta: i64,
     /// Split as for random inserts, whatever the page's last inserts say:
     /// the writer put these operations in key order itself, so an ascending
-    /// run is its doing, not the caller's (see `barracuda::ChunkedWriter`).
-    /// Without it, a bulk load sorted for locality would leave its leaves
-    /// full, and the random writes after it would split them all again.
+    /// run is its doing, not the caller's (a `barracuda::WriteBatch` or a
+    /// `barracuda::ChunkedWriter`'s puts mostly out of order). Without it,
+    /// a bulk load sorted for locality would leave its leaves full, and the
+    /// random writes after it would split them all again.
     pub half_splits: bool,
     /// Every committed patch, in commit order; `pages` index into it.
     patch_list: Vec<PatchAt>,
