@@ -143,17 +143,20 @@ fn the_writer_takes_what_one_write_refuses() {
     assert_eq!(db.open_tree("t").unwrap().iter().count(), 5_000);
 }
 
+/// A database with a 32 MiB pool and two trees, "random" and "ascending".
+fn random_and_ascending(dir: &std::path::Path) -> (Db, barracuda::Tree, barracuda::Tree) {
+    let db = small().buffer_pool_bytes(32 << 20).open(dir).unwrap();
+    let random = db.tree("random").unwrap();
+    let ascending = db.tree("ascending").unwrap();
+    (db, random, ascending)
+}
+
 /// A `WriteBatch` is applied in key order too: random keys with half
 /// splits, ascending ones as the split policy sees them.
 #[test]
 fn a_random_write_batch_splits_in_half_an_ascending_one_by_the_policy() {
     let dir = tempdir();
-    let db = small()
-        .buffer_pool_bytes(32 << 20)
-        .open(dir.path())
-        .unwrap();
-    let random = db.tree("random").unwrap();
-    let ascending = db.tree("ascending").unwrap();
+    let (db, random, ascending) = random_and_ascending(dir.path());
     let mut rng = SmallRng::seed_from_u64(9);
     let per_batch = random.batch_ops_max(11, 100).min(500);
     let mut model = Model::new();
@@ -188,12 +191,7 @@ fn a_random_write_batch_splits_in_half_an_ascending_one_by_the_policy() {
 #[test]
 fn random_puts_are_applied_sorted_with_half_splits_ascending_ones_as_written() {
     let dir = tempdir();
-    let db = small()
-        .buffer_pool_bytes(32 << 20)
-        .open(dir.path())
-        .unwrap();
-    let random = db.tree("random").unwrap();
-    let ascending = db.tree("ascending").unwrap();
+    let (db, random, ascending) = random_and_ascending(dir.path());
     let mut rng = SmallRng::seed_from_u64(5);
     let mut model = Model::new();
     let mut writer = db.chunked_writer();
