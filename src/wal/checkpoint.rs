@@ -260,6 +260,29 @@ mod tests {
     }
 
     #[test]
+    fn version_3_and_4_slots_still_read() {
+        for version in [CHECKPOINT_V3, CHECKPOINT_V4] {
+            let mut slot = [0u8; 512];
+            checkpoint(3).encode(&mut slot);
+            slot[4..8].copy_from_slice(&version.to_le_bytes());
+            slot[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&[0; 4]);
+            let end = CHECKPOINT_HEADER_BYTES + checkpoint(3).payload.len();
+            let crc = crc32c::crc32c(&slot[..end]);
+            slot[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(
+                Checkpoint::decode(&slot, 0).unwrap(),
+                Some(checkpoint(3)),
+                "version {version}"
+            );
+        }
+        // A version after this build's is refused, not guessed at.
+        let mut slot = [0u8; 512];
+        checkpoint(3).encode(&mut slot);
+        slot[4..8].copy_from_slice(&(CHECKPOINT_FORMAT_VERSION + 1).to_le_bytes());
+        assert!(Checkpoint::decode(&slot, 0).is_err());
+    }
+
+    #[test]
     fn a_version_2_cut_flag_reads_as_growing() {
         let mut slot = [0u8; 512];
         checkpoint(3).encode(&mut slot);

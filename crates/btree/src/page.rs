@@ -576,7 +576,7 @@ impl RecBuf {
     /// Bytes this record takes in a page (without directory).
     #[allow(clippy::len_without_is_empty, reason = "a record is never empty")]
     pub fn len(&self) -> usize {
-        RECORD_HEADER_BYTES + self.key.len() + self.value.len()
+        self.borrowed().len()
     }
 
     /// Reads the record at `off`.

@@ -183,11 +183,11 @@ impl<'a> ExclusiveGuard<'a> {
         if let Some(last) = self.patches.last_mut() {
             let last_end = (last.offset + last.len) as usize;
             if (last_end..=last_end + PATCH_GAP_MERGE_BYTES).contains(&offset) {
+                // Past `last_end` (the write is not empty): the gap and the
+                // write's bytes join the patch's undo, which ends the buffer.
                 let end = offset + bytes.len();
-                if end > last_end {
-                    self.undo.extend_from_slice(&frame[last_end..end]);
-                    last.len = (end - last.offset as usize) as u32;
-                }
+                self.undo.extend_from_slice(&frame[last_end..end]);
+                last.len = (end - last.offset as usize) as u32;
                 frame[offset..end].copy_from_slice(bytes);
                 return Ok(());
             }
