@@ -3,6 +3,7 @@
 use crate::db::DbInner;
 use crate::error::{Error, Result};
 use crate::options::Durability;
+use crate::records::RecordCache;
 use crate::tree::{
     BATCH_IMAGES_MORE, Tree, batch_ops_by_pool, batch_pinned_bytes, check_entry, image_bytes,
 };
@@ -295,14 +296,26 @@ impl WriteBatch {
             // Loaded under the write mutex: a compaction cannot swap a
             // tree until this write is logged.
             let inners: Vec<_> = self.trees.iter().map(Tree::inner).collect();
+            // No get fills a record cache until the batch is applied; each
+            // key leaves it before it changes.
+            let epochs: Vec<_> = self
+                .trees
+                .iter()
+                .map(|tree| tree.record_cache().map(RecordCache::begin_write))
+                .collect();
             for (op, &starts) in ops.iter().zip(&new_group) {
                 if starts {
                     split.next_group(writer)?;
                 }
                 let inner = &inners[op.tree];
+                let key = self.key(op);
+                if let (Some(records), Some(epoch)) =
+                    (self.trees[op.tree].record_cache(), &epochs[op.tree])
+                {
+                    records.remove(epoch, key);
+                }
                 let ctx = writer.op(inner);
                 ctx.half_splits = half_splits;
-                let key = self.key(op);
                 match self.value(op) {
                     Some(value) => {
                         inner.tree.insert_in(ctx, key, value)?;

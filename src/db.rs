@@ -74,6 +74,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::catalog::{Catalog, TreeEntry, directory_error};
 use crate::error::{Error, Result};
 use crate::options::{Compression, Durability, Options, TreeOptions};
+use crate::records::{RecordCache, WriteEpoch};
 use crate::tree::Tree;
 pub use compact::{CompactStats, CompactStep};
 
@@ -162,13 +163,18 @@ pub(crate) struct TreeSlot {
     /// read loads it, and a lock's shared count would be one more cache line
     /// that all reading threads write.
     current: ArcSwap<TreeInner>,
+    /// The tree's record cache ([`crate::Options::record_cache_bytes`]);
+    /// it holds the tree's key-value mapping, which a compaction keeps, so
+    /// it lives here and not in an incarnation.
+    pub(crate) records: Option<RecordCache>,
 }
 
 impl TreeSlot {
-    fn new(inner: Arc<TreeInner>) -> Arc<TreeSlot> {
+    fn new(inner: Arc<TreeInner>, record_cache_bytes: usize) -> Arc<TreeSlot> {
         Arc::new(TreeSlot {
             name: inner.entry.name.clone(),
             current: ArcSwap::new(inner),
+            records: RecordCache::new(record_cache_bytes),
         })
     }
 
@@ -188,6 +194,16 @@ impl TreeSlot {
 
     fn replace(&self, inner: Arc<TreeInner>) -> Arc<TreeInner> {
         self.current.swap(inner)
+    }
+
+    /// Before a write changes `key` (under the write mutex): takes it out
+    /// of the record cache, which no get fills until the returned epoch is
+    /// dropped, once the change is applied. `None` without a record cache.
+    pub(crate) fn forget(&self, key: &[u8]) -> Option<WriteEpoch<'_>> {
+        let records = self.records.as_ref()?;
+        let epoch = records.begin_write();
+        records.remove(&epoch, key);
+        Some(epoch)
     }
 }
 
@@ -433,7 +449,10 @@ impl Db {
             };
             let meta_known = replayed.contains_key(&(entry.id, PageId(0))) || file.len()? > 0;
             let tree = inner.attach_tree(entry, pool, file, meta_known)?;
-            inner.trees.write().push(TreeSlot::new(tree));
+            inner
+                .trees
+                .write()
+                .push(TreeSlot::new(tree, inner.options.record_cache_bytes));
         }
         if orphans > 0 {
             // The orphans' records are still in the log after the
@@ -728,7 +747,7 @@ fn open_pool(
     let config = PoolConfig::default()
         .page_size_bytes(page)
         .format(format)
-        .buffer_pool_bytes(options.buffer_pool_bytes)
+        .buffer_pool_bytes(options.buffer_pool_bytes - options.record_cache_bytes)
         .eviction_policy(options.eviction_policy)
         .huge_pages(options.huge_pages);
     // Shared, so that read-ahead is installed on the pool's own thread.
@@ -969,7 +988,10 @@ impl DbInner {
         next.trees.push(entry.clone());
         next.store(&self.dir)?;
         *catalog = next;
-        let tree = TreeSlot::new(self.attach_tree(entry, pool, file, false)?);
+        let tree = TreeSlot::new(
+            self.attach_tree(entry, pool, file, false)?,
+            self.options.record_cache_bytes,
+        );
         self.trees.write().push(Arc::clone(&tree));
         Ok(tree)
     }

@@ -37,6 +37,7 @@ mod catalog;
 mod db;
 mod error;
 mod options;
+mod records;
 mod tree;
 pub mod wal;
 
@@ -51,4 +52,5 @@ pub use error::{Error, Result};
 pub use options::{
     Compression, Durability, FileWrapper, IO_QUEUE_DEPTH_DEFAULT, Options, TreeOptions,
 };
+pub use records::RecordCacheStatus;
 pub use tree::{KeyValue, Range, Tree};

@@ -161,6 +161,7 @@ pub struct Options {
     pub(crate) read_ahead_pages: usize,
     pub(crate) io_queue_depth: u32,
     pub(crate) huge_pages: bool,
+    pub(crate) record_cache_bytes: usize,
 }
 
 impl Default for Options {
@@ -183,6 +184,7 @@ impl Default for Options {
             read_ahead_pages: 0,
             io_queue_depth: IO_QUEUE_DEPTH_DEFAULT,
             huge_pages: false,
+            record_cache_bytes: 0,
         }
     }
 }
@@ -194,6 +196,21 @@ impl Options {
     #[must_use]
     pub fn buffer_pool_bytes(mut self, buffer_pool_bytes: usize) -> Self {
         self.buffer_pool_bytes = buffer_pool_bytes;
+        self
+    }
+
+    /// Of each tree's cache budget ([`Options::buffer_pool_bytes`]), the
+    /// bytes that hold single records (a key and its value, the value
+    /// compressed with zstd when that saves an eighth) beside the buffer
+    /// pool, which gets the rest. Gets look there first; scans do not.
+    /// Under a skewed point-read load, a page in the pool is mostly cold
+    /// records next to one hot record, and the record cache keeps the hot
+    /// records alone; under uniform reads it only takes room from the pool.
+    /// Must leave the pool at least 1 MiB. Default = 0: no record cache
+    /// (measured with peers workload 2 in docs/benchmarks.md).
+    #[must_use]
+    pub fn record_cache_bytes(mut self, record_cache_bytes: usize) -> Self {
+        self.record_cache_bytes = record_cache_bytes;
         self
     }
 
@@ -378,6 +395,17 @@ impl Options {
             return invalid(format!(
                 "buffer_pool_bytes {} is below the minimum of 1 MiB",
                 self.buffer_pool_bytes
+            ));
+        }
+        if self
+            .buffer_pool_bytes
+            .saturating_sub(self.record_cache_bytes)
+            < (1 << 20)
+        {
+            return invalid(format!(
+                "record_cache_bytes {} leaves the buffer pool less than 1 MiB of \
+                 buffer_pool_bytes {}",
+                self.record_cache_bytes, self.buffer_pool_bytes
             ));
         }
         Ok(())

@@ -10,6 +10,7 @@ use barracuda_pool::PoolStatus;
 use crate::db::{DbInner, TreeInner, TreeSlot};
 use crate::error::{Error, Result};
 use crate::options::{Durability, TreeOptions};
+use crate::records::{RecordCache, RecordCacheStatus};
 
 /// Entries a range iterator copies on its first descent of the tree: a
 /// short range (`take(10)`) should not copy a whole leaf's worth.
@@ -57,6 +58,11 @@ impl Tree {
         Arc::ptr_eq(&self.slot, &other.slot)
     }
 
+    /// The tree's record cache, if it has one.
+    pub(crate) fn record_cache(&self) -> Option<&RecordCache> {
+        self.slot.records.as_ref()
+    }
+
     pub(crate) fn db(&self) -> &Arc<DbInner> {
         &self.db
     }
@@ -73,6 +79,10 @@ impl Tree {
 
     /// The value of `key`, if present.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if self.slot.records.is_some() {
+            let mut value = Vec::new();
+            return Ok(self.get_into(key, &mut value)?.then_some(value));
+        }
         self.db.check_open()?;
         Ok(self.slot.read().tree.get(key)?)
     }
@@ -95,7 +105,18 @@ impl Tree {
     /// ```
     pub fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
         self.db.check_open()?;
-        Ok(self.slot.read().tree.get_into(key, value)?)
+        let Some(records) = &self.slot.records else {
+            return Ok(self.slot.read().tree.get_into(key, value)?);
+        };
+        if records.get_into(key, value) {
+            return Ok(true);
+        }
+        let epoch = records.epoch();
+        let found = self.slot.read().tree.get_into(key, value)?;
+        if found {
+            records.fill(epoch, key, value);
+        }
+        Ok(found)
     }
 
     /// Whether `key` is present.
@@ -139,6 +160,7 @@ impl Tree {
         check_entry(&self.db, &self.slot.load(), key, Some(value))?;
         self.db.write(durability, |writer| {
             let inner = self.slot.load();
+            let _epoch = self.slot.forget(key);
             let op = writer.op(&inner);
             Ok(inner.tree.insert_in(op, key, value)?)
         })
@@ -154,6 +176,7 @@ impl Tree {
         check_entry(&self.db, &self.slot.load(), key, None)?;
         self.db.write(durability, |writer| {
             let inner = self.slot.load();
+            let _epoch = self.slot.forget(key);
             let op = writer.op(&inner);
             Ok(inner.tree.delete_in(op, key)?)
         })
@@ -281,6 +304,16 @@ impl Tree {
     /// The entry with the largest key.
     pub fn last(&self) -> Result<Option<KeyValue>> {
         self.iter().next_back().transpose()
+    }
+
+    /// Counters of the tree's record cache (all zero without one:
+    /// [`crate::Options::record_cache_bytes`]).
+    pub fn record_cache_status(&self) -> RecordCacheStatus {
+        self.slot
+            .records
+            .as_ref()
+            .map(RecordCache::status)
+            .unwrap_or_default()
     }
 
     /// The tree's buffer pool status (hit rate, LRU lengths, I/O, unzips).

@@ -59,6 +59,9 @@ pub struct Setup {
     pub barracuda_log_bytes: u64,
     /// Barracuda only: its I/O backend (`Options::io_backend`).
     pub barracuda_io: barracuda::io::Backend,
+    /// Barracuda only: the part of `cache_bytes` its record cache takes
+    /// (`Options::record_cache_bytes`); the pool gets the rest.
+    pub barracuda_record_cache_bytes: usize,
     /// LMDB only: `MDB_NORDAHEAD`, its documented setting for random reads
     /// of a database larger than memory (workload 2). With the kernel's
     /// 128 KiB read-ahead on every fault of its map, LMDB read 166 GB from
@@ -116,6 +119,7 @@ impl BarracudaEngine {
             .log_bytes(setup.barracuda_log_bytes)
             .io_backend(setup.barracuda_io)
             .buffer_pool_bytes(setup.cache_bytes)
+            .record_cache_bytes(setup.barracuda_record_cache_bytes)
             .durability(barracuda::Durability::Sync)
             .open(&setup.dir)
             .context("barracuda open")?;
@@ -191,8 +195,9 @@ impl Engine for BarracudaEngine {
 
     fn counters(&self) -> Option<String> {
         Some(format!(
-            "{:?} {:?}",
+            "{:?} {:?} {:?}",
             self.tree.pool_status(),
+            self.tree.record_cache_status(),
             self.db().log_stats()
         ))
     }

@@ -1,0 +1,711 @@
+//! The record cache: single records of one tree (a key and its value, the
+//! value compressed), beside the tree's buffer pool and out of the same
+//! budget ([`crate::Options::record_cache_bytes`]).
+//!
+//! A buffer pool caches whole pages. Under a skewed point-read load most of
+//! a cached page's records are cold neighbours of its one hot record, so a
+//! byte of pool holds little of what is read. The record cache holds the
+//! hot records alone: peers workload 2 (1,000-byte values in 16 KiB pages,
+//! Zipf 0.9) reads a record from the disk less often with 40 MiB of its
+//! 64 MiB budget here than with all of it in the pool (docs/design.md,
+//! "Record cache").
+//!
+//! Gets look here first; a miss reads the tree and fills the cache. Scans
+//! never use it. Eviction is CLOCK: a hit sets the entry's reference bit,
+//! the hand clears set bits and evicts the first entry it finds clear.
+//!
+//! **Consistency.** The cache never serves a value that a get could not
+//! have read from the tree at that moment. Every write of the tree (under
+//! the database's write mutex) makes the tree's write epoch odd
+//! ([`RecordCache::begin_write`]), removes each key it writes before it
+//! changes it, and makes the epoch even again when it is applied. A get
+//! notes the epoch before it reads the tree and fills the cache only if the
+//! epoch is the same, even, under the shard's lock: a value read before or
+//! during a write is never cached after it, and one cached before a write
+//! is removed by it before the tree changes.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+/// Shards of one cache: a get locks one, for a lookup and a copy.
+const SHARDS: usize = 64;
+
+/// A value is kept compressed only if that saves at least an eighth.
+const COMPRESSED_SHARE_MAX_EIGHTHS: usize = 7;
+
+/// zstd's fastest level: a fill happens on a miss, next to a disk read.
+const ZSTD_LEVEL: i32 = 1;
+
+/// Bytes of a record's header in a shard's ring (see [`Shard`]).
+const HEADER_BYTES: usize = 16;
+
+/// Bytes of a shard's index per record, counted against the budget: the
+/// hash table's slot (hash and offset) at its lowest load, and its control
+/// byte.
+const INDEX_BYTES_PER_RECORD: usize = 40;
+
+/// The smallest record a shard's budget is planned for (its index): a
+/// header, a short key and a short value.
+const RECORD_BYTES_PLANNED_MIN: usize = 256;
+
+/// Header flags.
+const FLAG_LIVE: u8 = 1;
+const FLAG_REFERENCED: u8 = 2;
+const FLAG_PADDING: u8 = 4;
+
+/// Counters of a tree's record cache.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct RecordCacheStatus {
+    /// The cache's budget, bytes (0: no record cache).
+    pub budget_bytes: u64,
+    /// Bytes of its rings that records (live or not yet reclaimed) take.
+    pub bytes_used: u64,
+    /// Records held.
+    pub entries: u64,
+    /// Gets answered from the cache.
+    pub hits: u64,
+    /// Gets that read the tree.
+    pub misses: u64,
+    /// Records added after a miss.
+    pub fills: u64,
+    /// Fills refused because a write ran meanwhile.
+    pub fills_refused: u64,
+    /// Records evicted to make room.
+    pub evictions: u64,
+    /// Referenced records moved to the head of the ring instead.
+    pub reinsertions: u64,
+    /// Records removed by writes.
+    pub invalidations: u64,
+}
+
+/// The record cache of one tree. `Send + Sync`.
+pub(crate) struct RecordCache {
+    shards: Box<[Mutex<Shard>]>,
+    ring_bytes: usize,
+    budget_bytes: usize,
+    /// Odd while a write of the tree is applied (see the module
+    /// documentation).
+    epoch: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    fills_refused: AtomicU64,
+}
+
+/// One shard: its records one after another in a ring of bytes, allocated
+/// at its first fill, so that the cache's memory is its budget whatever the
+/// records' sizes (an allocation per record left the memory of 16 reading
+/// threads' allocator arenas at twice the budget); and an index from each
+/// key's hash to its record's offset.
+///
+/// A record: a header (`len` u32: the record's bytes, a multiple of 8;
+/// `value_len` u32; `stored_len` u32: the value's bytes as stored, zstd
+/// when they differ; `key_len` u16; flags u8; one zero byte), the key, the
+/// stored value, zeros to the next multiple of 8. A record that does not
+/// fit before the ring's end leaves a padding record there (or, with less
+/// room than a header, nothing) and goes to the start.
+///
+/// New records go at the head; room is made at the tail (FIFO with
+/// reinsertion, a CLOCK): a record read since it was added or moved is
+/// moved to the head with its bit cleared when the head has room for it
+/// right there, and evicted otherwise.
+#[derive(Default)]
+struct Shard {
+    ring: Vec<u8>,
+    head: usize,
+    tail: usize,
+    /// Bytes from the tail to the head, padding and dead records included.
+    used: usize,
+    index: HashMap<u64, u32, HashOnly>,
+    scratch: Vec<u8>,
+    fills: u64,
+    evictions: u64,
+    reinsertions: u64,
+    invalidations: u64,
+}
+
+/// The index's keys are hashes already.
+#[derive(Clone, Copy, Default)]
+struct HashOnly;
+
+impl BuildHasher for HashOnly {
+    type Hasher = PassThrough;
+    fn build_hasher(&self) -> PassThrough {
+        PassThrough(0)
+    }
+}
+
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 << 8) | u64::from(byte);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// A 64-bit hash of a key (FxHash's multiply-rotate over 8-byte words,
+/// then a final mix): the index's key, and its top bits pick the shard.
+fn key_hash(key: &[u8]) -> u64 {
+    let mut hash = key.len() as u64;
+    for chunk in key.chunks(8) {
+        let mut word = [0u8; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        hash = (hash.rotate_left(5) ^ u64::from_le_bytes(word))
+            .wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    // The multiply leaves the low bits weak and the table uses them.
+    (hash ^ (hash >> 29)).wrapping_mul(0xbf_58_47_6d_1c_e4_e5_b9) ^ (hash >> 32)
+}
+
+/// A record's header, read from or written to the ring.
+#[derive(Clone, Copy, Debug)]
+struct Header {
+    len: usize,
+    value_len: usize,
+    stored_len: usize,
+    key_len: usize,
+    flags: u8,
+}
+
+impl Header {
+    fn read(ring: &[u8], at: usize) -> Header {
+        let u32_at = |i: usize| {
+            u32::from_le_bytes([
+                ring[at + i],
+                ring[at + i + 1],
+                ring[at + i + 2],
+                ring[at + i + 3],
+            ]) as usize
+        };
+        Header {
+            len: u32_at(0),
+            value_len: u32_at(4),
+            stored_len: u32_at(8),
+            key_len: u16::from_le_bytes([ring[at + 12], ring[at + 13]]) as usize,
+            flags: ring[at + 14],
+        }
+    }
+
+    fn write(&self, ring: &mut [u8], at: usize) {
+        let header = &mut ring[at..at + HEADER_BYTES];
+        header[0..4].copy_from_slice(&(self.len as u32).to_le_bytes());
+        header[4..8].copy_from_slice(&(self.value_len as u32).to_le_bytes());
+        header[8..12].copy_from_slice(&(self.stored_len as u32).to_le_bytes());
+        header[12..14].copy_from_slice(&(self.key_len as u16).to_le_bytes());
+        header[14] = self.flags;
+        header[15] = 0;
+    }
+
+    fn record_len(key_len: usize, stored_len: usize) -> usize {
+        (HEADER_BYTES + key_len + stored_len).next_multiple_of(8)
+    }
+}
+
+fn set_flags(ring: &mut [u8], at: usize, set: u8, clear: u8) {
+    ring[at + 14] = (ring[at + 14] | set) & !clear;
+}
+
+thread_local! {
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `value` compressed, if that saves an eighth; `None` to keep it as is.
+fn compress(value: &[u8]) -> Option<Vec<u8>> {
+    if value.len() < 64 {
+        return None;
+    }
+    COMPRESSOR.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = Some(zstd::bulk::Compressor::new(ZSTD_LEVEL).ok()?);
+        }
+        let compressed = cell.as_mut()?.compress(value).ok()?;
+        (compressed.len() * 8 <= value.len() * COMPRESSED_SHARE_MAX_EIGHTHS).then_some(compressed)
+    })
+}
+
+/// Decompresses `stored` (of a value of `value_len` bytes) into `out`.
+fn decompress(stored: &[u8], value_len: usize, out: &mut Vec<u8>) -> bool {
+    out.clear();
+    out.reserve(value_len);
+    DECOMPRESSOR.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            match zstd::bulk::Decompressor::new() {
+                Ok(decompressor) => *cell = Some(decompressor),
+                Err(_) => return false,
+            }
+        }
+        let Some(decompressor) = cell.as_mut() else {
+            return false;
+        };
+        matches!(decompressor.decompress_to_buffer(stored, out), Ok(n) if n == value_len)
+    })
+}
+
+impl RecordCache {
+    /// A cache of `budget_bytes`, or `None` for 0 (no record cache).
+    pub(crate) fn new(budget_bytes: usize) -> Option<RecordCache> {
+        if budget_bytes == 0 {
+            return None;
+        }
+        // Each shard's ring, and its index planned for the smallest
+        // records: their sum is the budget.
+        let shard_bytes = budget_bytes / SHARDS;
+        let ring_bytes = (shard_bytes * RECORD_BYTES_PLANNED_MIN
+            / (RECORD_BYTES_PLANNED_MIN + INDEX_BYTES_PER_RECORD))
+            / 8
+            * 8;
+        Some(RecordCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            ring_bytes,
+            budget_bytes,
+            epoch: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            fills_refused: AtomicU64::new(0),
+        })
+    }
+
+    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+        &self.shards[(hash >> 58) as usize % SHARDS]
+    }
+
+    /// Copies the value of `key` into `value` (cleared first) if cached.
+    pub(crate) fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> bool {
+        let hash = key_hash(key);
+        let mut shard = self.shard(hash).lock();
+        let found = shard.find(hash, key).is_some_and(|at| {
+            set_flags(&mut shard.ring, at, FLAG_REFERENCED, 0);
+            let header = Header::read(&shard.ring, at);
+            let from = at + HEADER_BYTES + header.key_len;
+            let stored = &shard.ring[from..from + header.stored_len];
+            if header.stored_len == header.value_len {
+                value.clear();
+                value.extend_from_slice(stored);
+                true
+            } else {
+                decompress(stored, header.value_len, value)
+            }
+        });
+        drop(shard);
+        let counter = if found { &self.hits } else { &self.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// The epoch to pass to [`RecordCache::fill`], read before the tree.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Adds `key` with `value`, read from the tree after [`RecordCache::epoch`]
+    /// returned `epoch`, unless a write began since (or was running then).
+    pub(crate) fn fill(&self, epoch: u64, key: &[u8], value: &[u8]) {
+        if key.len() > usize::from(u16::MAX)
+            || Header::record_len(key.len(), value.len()) > self.ring_bytes / 4
+        {
+            return;
+        }
+        let hash = key_hash(key);
+        // Compressed outside the shard's lock.
+        let compressed = compress(value);
+        let stored = compressed.as_deref().unwrap_or(value);
+        let len = Header::record_len(key.len(), stored.len());
+        let mut shard = self.shard(hash).lock();
+        if !epoch.is_multiple_of(2) || self.epoch.load(Ordering::SeqCst) != epoch {
+            drop(shard);
+            self.fills_refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let header = Header {
+            len,
+            value_len: value.len(),
+            stored_len: stored.len(),
+            key_len: key.len(),
+            flags: FLAG_LIVE,
+        };
+        shard.insert(self.ring_bytes, hash, &header, key, stored);
+    }
+
+    /// Starts a write of the tree: no get fills the cache until the
+    /// returned guard is dropped, after the write is applied.
+    pub(crate) fn begin_write(&self) -> WriteEpoch<'_> {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        WriteEpoch(self)
+    }
+
+    /// Removes `key` (a write is about to change it).
+    pub(crate) fn remove(&self, _write: &WriteEpoch<'_>, key: &[u8]) {
+        let hash = key_hash(key);
+        let mut shard = self.shard(hash).lock();
+        if let Some(at) = shard.find(hash, key) {
+            shard.index.remove(&hash);
+            set_flags(&mut shard.ring, at, 0, FLAG_LIVE);
+            shard.invalidations += 1;
+        }
+    }
+
+    /// Counters.
+    pub(crate) fn status(&self) -> RecordCacheStatus {
+        let mut status = RecordCacheStatus {
+            budget_bytes: self.budget_bytes as u64,
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            fills_refused: self.fills_refused.load(Ordering::Relaxed),
+            ..RecordCacheStatus::default()
+        };
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            status.bytes_used += shard.used as u64;
+            status.entries += shard.index.len() as u64;
+            status.fills += shard.fills;
+            status.evictions += shard.evictions;
+            status.reinsertions += shard.reinsertions;
+            status.invalidations += shard.invalidations;
+        }
+        status
+    }
+
+    /// Checks every shard: walking its ring from the tail reaches the head
+    /// over `used` bytes; every live record is indexed under its key's hash
+    /// and every index entry names a live record. Panics otherwise.
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) {
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            let ring = &shard.ring;
+            let mut at = shard.tail;
+            let mut walked = 0;
+            let mut live = 0;
+            while walked < shard.used {
+                if ring.len() - at < HEADER_BYTES {
+                    walked += ring.len() - at;
+                    at = 0;
+                    continue;
+                }
+                let header = Header::read(ring, at);
+                assert!(header.len >= HEADER_BYTES && header.len.is_multiple_of(8));
+                if header.flags & FLAG_LIVE != 0 {
+                    live += 1;
+                    let key = &ring[at + HEADER_BYTES..at + HEADER_BYTES + header.key_len];
+                    assert_eq!(shard.index.get(&key_hash(key)), Some(&(at as u32)));
+                }
+                walked += header.len;
+                at += header.len;
+                if at == ring.len() {
+                    at = 0;
+                }
+            }
+            assert_eq!(walked, shard.used, "the ring's walk overran");
+            assert!(
+                shard.used == 0 || at == shard.head,
+                "the walk ends off the head"
+            );
+            assert_eq!(live, shard.index.len());
+            assert!(shard.used <= self.ring_bytes);
+        }
+    }
+}
+
+impl Shard {
+    /// The offset of `key`'s live record, if indexed.
+    fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
+        let at = *self.index.get(&hash)? as usize;
+        let header = Header::read(&self.ring, at);
+        let stored_key = &self.ring[at + HEADER_BYTES..at + HEADER_BYTES + header.key_len];
+        (header.flags & FLAG_LIVE != 0 && stored_key == key).then_some(at)
+    }
+
+    /// Appends a record (replacing any under the same hash), making room at
+    /// the tail.
+    fn insert(&mut self, ring_bytes: usize, hash: u64, header: &Header, key: &[u8], stored: &[u8]) {
+        if self.ring.is_empty() {
+            self.ring = vec![0; ring_bytes];
+        }
+        if let Some(at) = self.index.remove(&hash) {
+            set_flags(&mut self.ring, at as usize, 0, FLAG_LIVE);
+        }
+        let at = self.make_room(header.len);
+        header.write(&mut self.ring, at);
+        let key_at = at + HEADER_BYTES;
+        self.ring[key_at..key_at + key.len()].copy_from_slice(key);
+        let stored_at = key_at + key.len();
+        self.ring[stored_at..stored_at + stored.len()].copy_from_slice(stored);
+        self.ring[stored_at + stored.len()..at + header.len].fill(0);
+        self.head = at + header.len;
+        self.used += header.len;
+        self.index.insert(hash, at as u32);
+        self.fills += 1;
+    }
+
+    /// Room for `len` contiguous bytes at the head: returns where they
+    /// start (the head, or the ring's start after a padding record). The
+    /// caller writes them and moves the head past them.
+    fn make_room(&mut self, len: usize) -> usize {
+        loop {
+            if self.used == 0 {
+                self.head = 0;
+                self.tail = 0;
+            }
+            let wrapped = self.head < self.tail || (self.used > 0 && self.head == self.tail);
+            if wrapped {
+                if self.tail - self.head >= len {
+                    return self.head;
+                }
+            } else {
+                if self.ring.len() - self.head >= len {
+                    return self.head;
+                }
+                // Pad to the end and go on at the start.
+                let rest = self.ring.len() - self.head;
+                if rest >= HEADER_BYTES {
+                    let padding = Header {
+                        len: rest,
+                        value_len: 0,
+                        stored_len: 0,
+                        key_len: 0,
+                        flags: FLAG_PADDING,
+                    };
+                    padding.write(&mut self.ring, self.head);
+                }
+                self.used += rest;
+                self.head = 0;
+                continue;
+            }
+            self.reclaim_tail();
+        }
+    }
+
+    /// Frees the record at the tail: skips padding and dead records,
+    /// evicts an unreferenced one, and moves a referenced one to the head
+    /// (bit cleared) if the head has room for it there, evicting it
+    /// otherwise.
+    fn reclaim_tail(&mut self) {
+        if self.ring.len() - self.tail < HEADER_BYTES {
+            self.used -= self.ring.len() - self.tail;
+            self.tail = 0;
+            return;
+        }
+        let at = self.tail;
+        let header = Header::read(&self.ring, at);
+        self.tail += header.len;
+        self.used -= header.len;
+        if self.tail == self.ring.len() {
+            self.tail = 0;
+        }
+        if header.flags & FLAG_LIVE == 0 {
+            return;
+        }
+        let key = &self.ring[at + HEADER_BYTES..at + HEADER_BYTES + header.key_len];
+        let hash = key_hash(key);
+        let referenced = header.flags & FLAG_REFERENCED != 0;
+        // After the tail moved, room at the head right there: the gap up
+        // to the tail (wrapped), which now includes this record's bytes.
+        let room = if self.used == 0 {
+            self.ring.len()
+        } else {
+            self.tail.saturating_sub(self.head)
+        };
+        if referenced && room >= header.len && self.used > 0 {
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            scratch.extend_from_slice(&self.ring[at..at + header.len]);
+            let to = self.head;
+            self.ring[to..to + header.len].copy_from_slice(&scratch);
+            set_flags(&mut self.ring, to, 0, FLAG_REFERENCED);
+            self.head = to + header.len;
+            self.used += header.len;
+            self.index.insert(hash, to as u32);
+            self.scratch = scratch;
+            self.reinsertions += 1;
+        } else {
+            self.index.remove(&hash);
+            self.evictions += 1;
+        }
+    }
+}
+
+/// An odd epoch of a [`RecordCache`]: a write of its tree is applied.
+pub(crate) struct WriteEpoch<'a>(&'a RecordCache);
+
+impl Drop for WriteEpoch<'_> {
+    fn drop(&mut self) {
+        self.0.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One step of the model test.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Get(u8),
+        Fill(u8, u16),
+        Write(u8),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            3 => any::<u8>().prop_map(Step::Get),
+            3 => (any::<u8>(), 0u16..3000).prop_map(|(k, len)| Step::Fill(k, len)),
+            1 => any::<u8>().prop_map(Step::Write),
+        ]
+    }
+
+    proptest! {
+        /// Against a model of the tree (key -> value, changed by writes):
+        /// a get from the cache returns the model's value, whatever the
+        /// fills, writes, evictions and record sizes; the rings stay whole.
+        #[test]
+        fn the_cache_never_serves_a_value_the_tree_does_not_hold(
+            steps in proptest::collection::vec(step(), 1..400),
+        ) {
+            // Small shards: evictions, reinsertions and wraps happen often.
+            let cache = RecordCache::new(SHARDS * 4096).unwrap();
+            let mut tree: HashMap<u8, (u8, u16)> = HashMap::new();
+            let mut version = 0u8;
+            let mut out = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Get(k) => {
+                        if cache.get_into(&[k, 7, k], &mut out) {
+                            let (v, len) = tree[&k];
+                            prop_assert_eq!(&out, &value(v, len as usize));
+                        }
+                    }
+                    Step::Fill(k, len) => {
+                        let (v, len) = *tree.entry(k).or_insert((0, len));
+                        let epoch = cache.epoch();
+                        cache.fill(epoch, &[k, 7, k], &value(v, len as usize));
+                    }
+                    Step::Write(k) => {
+                        let epoch = cache.begin_write();
+                        cache.remove(&epoch, &[k, 7, k]);
+                        version = version.wrapping_add(1);
+                        let len = tree.get(&k).map_or(100, |&(_, len)| len);
+                        tree.insert(k, (version, len.wrapping_mul(7) % 3000));
+                    }
+                }
+                cache.check_invariants();
+            }
+        }
+    }
+
+    fn value(seed: u8, len: usize) -> Vec<u8> {
+        // Half repeated, half varied: compresses to about half.
+        (0..len)
+            .map(|i| {
+                if i % 2 == 0 {
+                    seed
+                } else {
+                    (i * 7 + seed as usize) as u8
+                }
+            })
+            .collect()
+    }
+
+    fn fill_now(cache: &RecordCache, key: &[u8], value: &[u8]) {
+        cache.fill(cache.epoch(), key, value);
+    }
+
+    #[test]
+    fn a_filled_record_is_served_and_a_write_removes_it() {
+        let cache = RecordCache::new(1 << 20).unwrap();
+        let mut out = Vec::new();
+        assert!(!cache.get_into(b"k", &mut out));
+        let epoch = cache.epoch();
+        cache.fill(epoch, b"k", &value(1, 1000));
+        assert!(cache.get_into(b"k", &mut out));
+        assert_eq!(out, value(1, 1000));
+        {
+            let write = cache.begin_write();
+            cache.remove(&write, b"k");
+        }
+        assert!(!cache.get_into(b"k", &mut out));
+        let status = cache.status();
+        assert_eq!(
+            (status.hits, status.misses, status.invalidations),
+            (1, 2, 1)
+        );
+        assert_eq!(status.fills, 1);
+        cache.check_invariants();
+    }
+
+    #[test]
+    fn a_fill_read_before_or_during_a_write_is_refused() {
+        let cache = RecordCache::new(1 << 20).unwrap();
+        let before = cache.epoch();
+        let write = cache.begin_write();
+        let during = cache.epoch();
+        cache.fill(before, b"a", b"old");
+        cache.fill(during, b"a", b"old");
+        drop(write);
+        cache.fill(during, b"a", b"old");
+        let mut out = Vec::new();
+        assert!(!cache.get_into(b"a", &mut out));
+        assert_eq!(cache.status().fills_refused, 3);
+        fill_now(&cache, b"a", b"new");
+        assert!(cache.get_into(b"a", &mut out));
+        assert_eq!(out, b"new");
+    }
+
+    #[test]
+    fn values_compress_and_incompressible_ones_are_kept_as_they_are() {
+        let cache = RecordCache::new(1 << 20).unwrap();
+        let random: Vec<u8> = (0..1000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        fill_now(&cache, b"c", &value(3, 1000));
+        fill_now(&cache, b"r", &random);
+        let used = cache.status().bytes_used as usize;
+        assert!(
+            used < 1000 + 1000 + 600,
+            "compressible value kept whole: {used}"
+        );
+        let mut out = Vec::new();
+        assert!(cache.get_into(b"c", &mut out));
+        assert_eq!(out, value(3, 1000));
+        assert!(cache.get_into(b"r", &mut out));
+        assert_eq!(out, random);
+        cache.check_invariants();
+    }
+
+    #[test]
+    fn the_budget_holds_and_referenced_records_survive_eviction() {
+        let cache = RecordCache::new(SHARDS * (8 << 10)).unwrap();
+        let mut out = Vec::new();
+        let hot = b"hot-key".to_vec();
+        let shard_of = |key: &[u8]| (key_hash(key) >> 58) as usize % SHARDS;
+        fill_now(&cache, &hot, &value(9, 500));
+        for i in 0..20_000u32 {
+            let key = i.to_be_bytes();
+            if shard_of(&key) != shard_of(&hot) {
+                continue;
+            }
+            assert!(cache.get_into(&hot, &mut out), "hot record evicted at {i}");
+            fill_now(&cache, &key, &value(i as u8, 500));
+        }
+        let status = cache.status();
+        assert!(status.evictions > 0);
+        assert!(status.bytes_used <= status.budget_bytes);
+        cache.check_invariants();
+    }
+}
