@@ -52,6 +52,12 @@ const INDEX_BYTES_PER_RECORD: usize = 40;
 /// header, a short key and a short value.
 const RECORD_BYTES_PLANNED_MIN: usize = 256;
 
+/// A shard's frequency sketch has this many counters per record its ring
+/// holds when full of records of the planned size, and halves them all
+/// after ten gets per record (TinyLFU's sample).
+const SKETCH_COUNTERS_PER_RECORD: usize = 4;
+const SKETCH_SAMPLE_PER_RECORD: usize = 10;
+
 /// Header flags.
 const FLAG_LIVE: u8 = 1;
 const FLAG_REFERENCED: u8 = 2;
@@ -74,6 +80,9 @@ pub struct RecordCacheStatus {
     pub fills: u64,
     /// Fills refused because a write ran meanwhile.
     pub fills_refused: u64,
+    /// Fills not admitted: the record was read less often lately than the
+    /// one it would evict (TinyLFU).
+    pub fills_not_admitted: u64,
     /// Records evicted to make room.
     pub evictions: u64,
     /// Referenced records moved to the head of the ring instead.
@@ -120,8 +129,10 @@ struct Shard {
     /// Bytes from the tail to the head, padding and dead records included.
     used: usize,
     index: HashMap<u64, u32, HashOnly>,
+    sketch: Sketch,
     scratch: Vec<u8>,
     fills: u64,
+    fills_not_admitted: u64,
     evictions: u64,
     reinsertions: u64,
     invalidations: u64,
@@ -289,6 +300,7 @@ impl RecordCache {
     pub(crate) fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> bool {
         let hash = key_hash(key);
         let mut shard = self.shard(hash).lock();
+        shard.sketch.record(self.ring_bytes, hash);
         let found = shard.find(hash, key).is_some_and(|at| {
             set_flags(&mut shard.ring, at, FLAG_REFERENCED, 0);
             let header = Header::read(&shard.ring, at);
@@ -322,6 +334,13 @@ impl RecordCache {
             return;
         }
         let hash = key_hash(key);
+        if !self
+            .shard(hash)
+            .lock()
+            .admit(hash, Header::record_len(key.len(), value.len()))
+        {
+            return;
+        }
         // Compressed outside the shard's lock.
         let compressed = compress(value);
         let stored = compressed.as_deref().unwrap_or(value);
@@ -374,6 +393,7 @@ impl RecordCache {
             status.bytes_used += shard.used as u64;
             status.entries += shard.index.len() as u64;
             status.fills += shard.fills;
+            status.fills_not_admitted += shard.fills_not_admitted;
             status.evictions += shard.evictions;
             status.reinsertions += shard.reinsertions;
             status.invalidations += shard.invalidations;
@@ -423,6 +443,50 @@ impl RecordCache {
 }
 
 impl Shard {
+    /// TinyLFU's admission: true if the ring has room for `len` more bytes
+    /// without evicting, or if the record of `hash` was read more often
+    /// lately than the record it would evict (or none is found among the
+    /// first few from the tail).
+    fn admit(&mut self, hash: u64, len: usize) -> bool {
+        if self.used + len <= self.ring.len() || self.ring.is_empty() {
+            return true;
+        }
+        let Some(victim) = self.tail_record_hash() else {
+            return true;
+        };
+        let admitted = self.sketch.estimate(hash) > self.sketch.estimate(victim);
+        if !admitted {
+            self.fills_not_admitted += 1;
+        }
+        admitted
+    }
+
+    /// The hash of the record eviction would take next: the first live,
+    /// unreferenced one from the tail, among the first few.
+    fn tail_record_hash(&self) -> Option<u64> {
+        let mut at = self.tail;
+        let mut walked = 0;
+        for _ in 0..8 {
+            if walked >= self.used {
+                return None;
+            }
+            if self.ring.len() - at < HEADER_BYTES {
+                walked += self.ring.len() - at;
+                at = 0;
+                continue;
+            }
+            let header = Header::read(&self.ring, at);
+            // A referenced record would move to the head, not go.
+            if header.flags & (FLAG_LIVE | FLAG_REFERENCED) == FLAG_LIVE {
+                let key = &self.ring[at + HEADER_BYTES..at + HEADER_BYTES + header.key_len];
+                return Some(key_hash(key));
+            }
+            walked += header.len;
+            at = (at + header.len) % self.ring.len();
+        }
+        None
+    }
+
     /// The offset of `key`'s live record, if indexed.
     fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
         let at = *self.index.get(&hash)? as usize;
@@ -537,6 +601,56 @@ impl Shard {
             self.index.remove(&hash);
             self.evictions += 1;
         }
+    }
+}
+
+/// How often each key was read lately: a count-min sketch of two rows in
+/// one table of saturating 8-bit counters (conservative increments), all
+/// halved after a sample of reads (TinyLFU's aging). Allocated at its
+/// first read.
+#[derive(Default)]
+struct Sketch {
+    counters: Vec<u8>,
+    reads: usize,
+    sample: usize,
+}
+
+impl Sketch {
+    fn slots(&self, hash: u64) -> [usize; 2] {
+        let mask = self.counters.len() - 1;
+        [hash as usize & mask, (hash >> 32) as usize & mask]
+    }
+
+    /// Counts a read of the key of `hash`.
+    fn record(&mut self, ring_bytes: usize, hash: u64) {
+        if self.counters.is_empty() {
+            let records = (ring_bytes / RECORD_BYTES_PLANNED_MIN).max(1);
+            self.counters = vec![0; (records * SKETCH_COUNTERS_PER_RECORD).next_power_of_two()];
+            self.sample = records * SKETCH_SAMPLE_PER_RECORD;
+        }
+        let [a, b] = self.slots(hash);
+        let least = self.counters[a].min(self.counters[b]);
+        for slot in [a, b] {
+            if self.counters[slot] == least {
+                self.counters[slot] = least.saturating_add(1);
+            }
+        }
+        self.reads += 1;
+        if self.reads >= self.sample {
+            self.reads /= 2;
+            for counter in &mut self.counters {
+                *counter /= 2;
+            }
+        }
+    }
+
+    /// How often the key of `hash` was read lately (an overestimate).
+    fn estimate(&self, hash: u64) -> u8 {
+        if self.counters.is_empty() {
+            return 0;
+        }
+        let [a, b] = self.slots(hash);
+        self.counters[a].min(self.counters[b])
     }
 }
 
@@ -701,11 +815,57 @@ mod tests {
                 continue;
             }
             assert!(cache.get_into(&hot, &mut out), "hot record evicted at {i}");
+            // Read (missed) four times before the fill: more often lately
+            // than the older records it may evict, whose counts the
+            // sketch's aging has halved since.
+            for _ in 0..4 {
+                assert!(!cache.get_into(&key, &mut out));
+            }
             fill_now(&cache, &key, &value(i as u8, 500));
         }
         let status = cache.status();
-        assert!(status.evictions > 0);
+        assert!(status.evictions > 0, "{status:?}");
         assert!(status.bytes_used <= status.budget_bytes);
+        cache.check_invariants();
+    }
+
+    #[test]
+    fn a_full_cache_admits_a_record_read_more_often_than_its_victim() {
+        let cache = RecordCache::new(SHARDS * (8 << 10)).unwrap();
+        let shard_of = |key: &[u8]| (key_hash(key) >> 58) as usize % SHARDS;
+        let mut out = Vec::new();
+        let keys: Vec<[u8; 4]> = (0..20_000u32)
+            .map(u32::to_be_bytes)
+            .filter(|key| shard_of(key) == 0)
+            .collect();
+        // Fill shard 0 with records read once each.
+        let mut filled = 0;
+        for key in &keys {
+            assert!(!cache.get_into(key, &mut out));
+            fill_now(&cache, key, &value(1, 500));
+            filled += 1;
+            if cache.status().fills_not_admitted > 0 {
+                break;
+            }
+        }
+        assert!(filled < keys.len(), "the shard never filled up");
+        // A record read once more than the rest gets in; one read once
+        // does not.
+        let (once, thrice) = (&keys[filled], &keys[filled + 1]);
+        assert!(!cache.get_into(once, &mut out));
+        fill_now(&cache, once, &value(2, 500));
+        assert!(
+            !cache.get_into(once, &mut out),
+            "a record read once was admitted"
+        );
+        for _ in 0..3 {
+            assert!(!cache.get_into(thrice, &mut out));
+        }
+        fill_now(&cache, thrice, &value(3, 500));
+        assert!(
+            cache.get_into(thrice, &mut out),
+            "a record read thrice was not admitted"
+        );
         cache.check_invariants();
     }
 }

@@ -120,12 +120,13 @@ struct Args {
     barracuda_io: W2Io,
     /// Workload 2: of Barracuda's cache budget (the same as every engine's),
     /// the MiB that hold single records (`Options::record_cache_bytes`);
-    /// the buffer pool gets the rest. 0 (the default): the whole budget is
-    /// the pool. With 40, the Zipf pass read 18-23% fewer pages from the
-    /// disk and the uniform pass 9-20% more: uniform 0.83x, Zipf 1.10x of
-    /// the gets/s with 0, medians of three alternating runs each
-    /// (docs/benchmarks.md, "A record cache").
-    #[arg(long, default_value_t = 0)]
+    /// the buffer pool gets the rest. Barracuda alone, one run each (the
+    /// page counts barely vary): 8 of the 64 MiB read 3% more pages from
+    /// the disk in the uniform pass and 11% fewer in the Zipf pass, which
+    /// decompressed 63% fewer blocks; 12 and 16 read 4-5% more in the
+    /// uniform pass and about as many in the Zipf pass (docs/benchmarks.md,
+    /// "A record cache"). 0: all pool.
+    #[arg(long, default_value_t = 8)]
     barracuda_record_cache_mib: usize,
     /// Workload 2: Barracuda's log ring (`Options::log_bytes`), MiB; the
     /// default is Barracuda's. The sizes are taken closed, and a clean
