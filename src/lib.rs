@@ -38,6 +38,8 @@ mod db;
 mod error;
 mod options;
 mod records;
+#[doc(hidden)]
+pub mod testing;
 mod tree;
 pub mod wal;
 

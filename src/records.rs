@@ -94,8 +94,9 @@ pub struct RecordCacheStatus {
     pub invalidations: u64,
 }
 
-/// The record cache of one tree. `Send + Sync`.
-pub(crate) struct RecordCache {
+/// The record cache of one tree. `Send + Sync`. Public only through
+/// [`crate::testing`], for the fuzz target.
+pub struct RecordCache {
     shards: Box<[Mutex<Shard>]>,
     ring_bytes: usize,
     budget_bytes: usize,
@@ -273,7 +274,7 @@ fn decompress(stored: &[u8], value_len: usize, out: &mut Vec<u8>) -> bool {
 
 impl RecordCache {
     /// A cache of `budget_bytes`, or `None` for 0 (no record cache).
-    pub(crate) fn new(budget_bytes: usize) -> Option<RecordCache> {
+    pub fn new(budget_bytes: usize) -> Option<RecordCache> {
         if budget_bytes == 0 {
             return None;
         }
@@ -300,7 +301,7 @@ impl RecordCache {
     }
 
     /// Copies the value of `key` into `value` (cleared first) if cached.
-    pub(crate) fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> bool {
+    pub fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> bool {
         let hash = key_hash(key);
         let mut shard = self.shard(hash).lock();
         shard.sketch.record(self.ring_bytes, hash);
@@ -324,13 +325,13 @@ impl RecordCache {
     }
 
     /// The epoch to pass to [`RecordCache::fill`], read before the tree.
-    pub(crate) fn epoch(&self) -> u64 {
+    pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::SeqCst)
     }
 
     /// Adds `key` with `value`, read from the tree after [`RecordCache::epoch`]
     /// returned `epoch`, unless a write began since (or was running then).
-    pub(crate) fn fill(&self, epoch: u64, key: &[u8], value: &[u8]) {
+    pub fn fill(&self, epoch: u64, key: &[u8], value: &[u8]) {
         if key.len() > usize::from(u16::MAX)
             || Header::record_len(key.len(), value.len()) > self.ring_bytes / 4
         {
@@ -366,13 +367,13 @@ impl RecordCache {
 
     /// Starts a write of the tree: no get fills the cache until the
     /// returned guard is dropped, after the write is applied.
-    pub(crate) fn begin_write(&self) -> WriteEpoch<'_> {
+    pub fn begin_write(&self) -> WriteEpoch<'_> {
         self.epoch.fetch_add(1, Ordering::SeqCst);
         WriteEpoch(self)
     }
 
     /// Removes `key` (a write is about to change it).
-    pub(crate) fn remove(&self, _write: &WriteEpoch<'_>, key: &[u8]) {
+    pub fn remove(&self, _write: &WriteEpoch<'_>, key: &[u8]) {
         let hash = key_hash(key);
         let mut shard = self.shard(hash).lock();
         if let Some(at) = shard.find(hash, key) {
@@ -383,7 +384,7 @@ impl RecordCache {
     }
 
     /// Counters.
-    pub(crate) fn status(&self) -> RecordCacheStatus {
+    pub fn status(&self) -> RecordCacheStatus {
         let mut status = RecordCacheStatus {
             budget_bytes: self.budget_bytes as u64,
             hits: self.hits.load(Ordering::Relaxed),
@@ -407,8 +408,7 @@ impl RecordCache {
     /// Checks every shard: walking its ring from the tail reaches the head
     /// over `used` bytes; every live record is indexed under its key's hash
     /// and every index entry names a live record. Panics otherwise.
-    #[cfg(test)]
-    pub(crate) fn check_invariants(&self) {
+    pub fn check_invariants(&self) {
         for shard in self.shards.iter() {
             let shard = shard.lock();
             let ring = &shard.ring;
@@ -658,7 +658,7 @@ impl Sketch {
 }
 
 /// An odd epoch of a [`RecordCache`]: a write of its tree is applied.
-pub(crate) struct WriteEpoch<'a>(&'a RecordCache);
+pub struct WriteEpoch<'a>(&'a RecordCache);
 
 impl Drop for WriteEpoch<'_> {
     fn drop(&mut self) {

@@ -1,0 +1,97 @@
+//! Fuzzes the record cache (`barracuda::testing::RecordCache`) on a tiny
+//! budget, so its rings wrap, evict and reinsert all the time: gets, fills
+//! (admitted or not by its frequency sketch) and writes against a model of
+//! the tree's values. A get from the cache must return the model's value;
+//! `check_invariants()` walks every ring after every step.
+#![no_main]
+
+use std::collections::HashMap;
+
+use arbitrary::Arbitrary;
+use barracuda::testing::RecordCache;
+use libfuzzer_sys::fuzz_target;
+
+/// Bounded input: at most this many operations per run.
+const OPS_MAX: usize = 512;
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    /// A get of key `k`: from the cache, or a miss that the tree answers
+    /// and fills (as `Tree::get_into` does).
+    Get(u8),
+    /// A get whose fill raced a write: the epoch is read, a write runs,
+    /// then the fill comes with the stale value.
+    RacingFill(u8),
+    /// A write of key `k` (removed before it changes, as the Db does).
+    Write { key: u8, len: u16 },
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    /// The budget, in units of 4 KiB per shard's worth (64 shards).
+    budget: u8,
+    ops: Vec<Op>,
+}
+
+/// The value of version `version`, `len` bytes: half repeated (it
+/// compresses), half varied.
+fn value(version: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            if i % 2 == 0 {
+                version as u8
+            } else {
+                (i as u32).wrapping_mul(31).wrapping_add(version) as u8
+            }
+        })
+        .collect()
+}
+
+fn key(k: u8) -> [u8; 3] {
+    [k, k ^ 0x5a, 7]
+}
+
+fuzz_target!(|input: Input| {
+    let budget = 64 * 4096 * (1 + usize::from(input.budget % 8));
+    let cache = RecordCache::new(budget).expect("a budget");
+    // The tree: key -> (version, value length).
+    let mut tree: HashMap<u8, (u32, usize)> = HashMap::new();
+    let mut version = 0u32;
+    let mut out = Vec::new();
+    for op in input.ops.into_iter().take(OPS_MAX) {
+        match op {
+            Op::Get(k) => {
+                let (v, len) = *tree.entry(k).or_insert((0, 100));
+                if cache.get_into(&key(k), &mut out) {
+                    assert_eq!(
+                        out,
+                        value(v, len),
+                        "key {k}: the cache served a stale value"
+                    );
+                } else {
+                    let epoch = cache.epoch();
+                    cache.fill(epoch, &key(k), &value(v, len));
+                }
+            }
+            Op::RacingFill(k) => {
+                let (v, len) = *tree.entry(k).or_insert((0, 100));
+                let epoch = cache.epoch();
+                let stale = value(v, len);
+                {
+                    let write = cache.begin_write();
+                    cache.remove(&write, &key(k));
+                    version += 1;
+                    tree.insert(k, (version, len));
+                }
+                cache.fill(epoch, &key(k), &stale);
+            }
+            Op::Write { key: k, len } => {
+                let write = cache.begin_write();
+                cache.remove(&write, &key(k));
+                version += 1;
+                tree.insert(k, (version, usize::from(len % 4000)));
+            }
+        }
+        cache.check_invariants();
+    }
+});
