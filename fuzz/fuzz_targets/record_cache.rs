@@ -18,17 +18,18 @@ const OPS_MAX: usize = 512;
 enum Op {
     /// A get of key `k`: from the cache, or a miss that the tree answers
     /// and fills (as `Tree::get_into` does).
-    Get(u8),
+    Get(u16),
     /// A get whose fill raced a write: the epoch is read, a write runs,
     /// then the fill comes with the stale value.
-    RacingFill(u8),
+    RacingFill(u16),
     /// A write of key `k` (removed before it changes, as the Db does).
-    Write { key: u8, len: u16 },
+    Write { key: u16, len: u16 },
 }
 
 #[derive(Arbitrary, Debug)]
 struct Input {
-    /// The budget, in units of 4 KiB per shard's worth (64 shards).
+    /// The budget: 1 to 8 KiB per shard (64 shards), so that a few
+    /// records fill a shard.
     budget: u8,
     ops: Vec<Op>,
 }
@@ -47,20 +48,29 @@ fn value(version: u32, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn key(k: u8) -> [u8; 3] {
-    [k, k ^ 0x5a, 7]
+/// Keys 0..512: about eight per shard.
+const KEYS: u16 = 512;
+
+/// Values up to this long: a few fill the smallest shard's ring (a record
+/// longer than a quarter of the ring is never cached).
+const VALUE_BYTES_MAX: u16 = 600;
+
+fn key(k: u16) -> [u8; 3] {
+    let k = k % KEYS;
+    [k as u8, (k >> 8) as u8 ^ 0x5a, 7]
 }
 
 fuzz_target!(|input: Input| {
-    let budget = 64 * 4096 * (1 + usize::from(input.budget % 8));
+    let budget = 64 * 1024 * (1 + usize::from(input.budget % 8));
     let cache = RecordCache::new(budget).expect("a budget");
     // The tree: key -> (version, value length).
-    let mut tree: HashMap<u8, (u32, usize)> = HashMap::new();
+    let mut tree: HashMap<u16, (u32, usize)> = HashMap::new();
     let mut version = 0u32;
     let mut out = Vec::new();
     for op in input.ops.into_iter().take(OPS_MAX) {
         match op {
             Op::Get(k) => {
+                let k = k % KEYS;
                 let (v, len) = *tree.entry(k).or_insert((0, 100));
                 if cache.get_into(&key(k), &mut out) {
                     assert_eq!(
@@ -74,6 +84,7 @@ fuzz_target!(|input: Input| {
                 }
             }
             Op::RacingFill(k) => {
+                let k = k % KEYS;
                 let (v, len) = *tree.entry(k).or_insert((0, 100));
                 let epoch = cache.epoch();
                 let stale = value(v, len);
@@ -86,10 +97,11 @@ fuzz_target!(|input: Input| {
                 cache.fill(epoch, &key(k), &stale);
             }
             Op::Write { key: k, len } => {
+                let k = k % KEYS;
                 let write = cache.begin_write();
                 cache.remove(&write, &key(k));
                 version += 1;
-                tree.insert(k, (version, usize::from(len % 4000)));
+                tree.insert(k, (version, usize::from(len % VALUE_BYTES_MAX)));
             }
         }
         cache.check_invariants();
