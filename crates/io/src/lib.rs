@@ -92,6 +92,30 @@ pub trait BlockFile: Send + Sync + Debug {
     /// return). After a failed sync, fails with [`IoError::FsyncFailed`].
     fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), IoError>;
 
+    /// Writes the buffers of `bufs` one after the other from `offset_bytes`,
+    /// as one `write_at` of their concatenation would (each buffer aligned
+    /// as a `write_at` buffer must be). The disk backends write them with
+    /// one `pwritev`, from the buffers themselves; the default copies them
+    /// into one buffer first.
+    ///
+    /// Guarantees: those of `write_at`, for the whole range.
+    fn write_vectored_at(&self, offset_bytes: u64, bufs: &[&[u8]]) -> Result<(), IoError> {
+        match bufs {
+            [] => Ok(()),
+            [one] => self.write_at(offset_bytes, one),
+            _ => {
+                let len_bytes = bufs.iter().map(|b| b.len()).sum();
+                let mut joined = self.alloc_buf(len_bytes);
+                let mut at = 0;
+                for buf in bufs {
+                    joined[at..at + buf.len()].copy_from_slice(buf);
+                    at += buf.len();
+                }
+                self.write_at(offset_bytes, &joined)
+            }
+        }
+    }
+
     /// Makes every write and length change that completed before this call
     /// durable (fdatasync).
     ///

@@ -117,6 +117,16 @@ impl BlockFile for PreadFile {
         write(&self.core, offset_bytes, data)
     }
 
+    fn write_vectored_at(&self, offset_bytes: u64, bufs: &[&[u8]]) -> Result<(), IoError> {
+        let mut at = offset_bytes;
+        for buf in bufs {
+            self.core
+                .check_request(OpKind::Write, at, buf.as_ptr() as usize, buf.len())?;
+            at += buf.len() as u64;
+        }
+        crate::sys::pwritev_all(&self.core.opened, offset_bytes, bufs)
+    }
+
     fn sync_data(&self) -> Result<(), IoError> {
         self.core.sync_data()
     }

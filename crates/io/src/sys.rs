@@ -279,6 +279,70 @@ pub(crate) fn pwrite_all(
     Ok(())
 }
 
+/// Writes `bufs` one after the other from `offset_bytes` with `pwritev`,
+/// going on after a short write and retrying after `EINTR`.
+pub(crate) fn pwritev_all(
+    opened: &OpenedFile,
+    offset_bytes: u64,
+    bufs: &[&[u8]],
+) -> Result<(), IoError> {
+    let total_bytes: usize = bufs.iter().map(|b| b.len()).sum();
+    let error = |e| os_error(OpKind::Write, &opened.path, offset_bytes, total_bytes, e);
+    let mut iovecs: Vec<libc::iovec> = bufs
+        .iter()
+        .filter(|b| !b.is_empty())
+        .map(|b| libc::iovec {
+            iov_base: b.as_ptr().cast_mut().cast(),
+            iov_len: b.len(),
+        })
+        .collect();
+    let mut first = 0;
+    let mut done_bytes = 0usize;
+    while first < iovecs.len() {
+        let count = (iovecs.len() - first).min(IOV_MAX);
+        let at = libc::off_t::try_from(offset_bytes + done_bytes as u64)
+            .map_err(|_| error(io::Error::from_raw_os_error(libc::EFBIG)))?;
+        // SAFETY: every iovec points into a live slice of `bufs` (advanced
+        // below only within it), and the kernel only reads from them.
+        let n = unsafe {
+            libc::pwritev(
+                opened.file.as_raw_fd(),
+                iovecs[first..].as_ptr(),
+                count as libc::c_int,
+                at,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error(e));
+        }
+        let mut n = n as usize;
+        if n == 0 {
+            return Err(error(io::Error::from_raw_os_error(libc::ENOSPC)));
+        }
+        done_bytes += n;
+        while n > 0 {
+            let iov = &mut iovecs[first];
+            if n >= iov.iov_len {
+                n -= iov.iov_len;
+                first += 1;
+            } else {
+                // SAFETY: `n` is inside this iovec's buffer.
+                iov.iov_base = unsafe { iov.iov_base.cast::<u8>().add(n).cast() };
+                iov.iov_len -= n;
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The most buffers one `pwritev` takes (Linux's `UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
+
 /// The shared, backend-independent part of a disk file: length, set_len,
 /// and sync per flush method, with the sticky failure.
 #[derive(Debug)]

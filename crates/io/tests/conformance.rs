@@ -78,10 +78,22 @@ fn random_ops_match_model(file: &dyn BlockFile, seed: u64) {
         let units = rng.random_range(1..=4usize);
         let offset = rng.random_range(0..SPAN_UNITS) as usize * UNIT_BYTES;
         match rng.random_range(0..100) {
-            0..36 => {
+            0..30 => {
                 let data = random_data(file, &mut rng, units);
                 file.write_at(offset as u64, &data).unwrap();
                 write_model(&mut model, offset, &data);
+            }
+            30..36 => {
+                // Several buffers written as one range.
+                let parts: Vec<AlignedBuf> = (0..units)
+                    .map(|_| {
+                        let part_units = rng.random_range(1..=2usize);
+                        random_data(file, &mut rng, part_units)
+                    })
+                    .collect();
+                let bufs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+                file.write_vectored_at(offset as u64, &bufs).unwrap();
+                write_model(&mut model, offset, &bufs.concat());
             }
             36..40 => {
                 // Now and then more zeros than one write of them takes.
@@ -237,6 +249,11 @@ fn misaligned_requests_fail_clearly(file: &dyn BlockFile) {
             })
         ),
         "{odd:?}"
+    );
+    let vectored = file.write_vectored_at(0, &[&data[..], &data[..100]]);
+    assert!(
+        matches!(vectored, Err(IoError::Misaligned { .. })),
+        "{vectored:?}"
     );
     let short = file.write_at(0, &data[..100]);
     assert!(

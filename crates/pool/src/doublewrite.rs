@@ -12,7 +12,8 @@
 //! The area is a ring of [`DOUBLEWRITE_SLOTS`] slots, each one unit (a
 //! block, or an uncompressed page) rounded up to the file's offset
 //! alignment. A batch of page writes takes the next run of slots: one
-//! write of all the copies, one sync, then the data-file writes. A slot is
+//! write of all the copies (a `pwritev` from the page writes' own buffers
+//! where a slot is a unit), one sync, then the data-file writes. A slot is
 //! overwritten only once the data-file write it protected is durable: when
 //! the ring wraps, the data file is synced first if it was written since
 //! its last sync.
@@ -57,7 +58,9 @@ struct State {
     /// The area's file holds its zeros ([`FileService::empty_doublewrite`]
     /// cuts it to nothing; the next batch writes them again).
     zeroed: bool,
-    /// The batch's copies, side by side (allocated at the first batch).
+    /// The batch's copies, side by side, when slots are padded beyond a
+    /// unit (allocated at the first such batch); otherwise the copies are
+    /// written from the page writes' own buffers.
     buf: Option<AlignedBuf>,
 }
 
@@ -267,11 +270,7 @@ impl FileService {
             }
             state.next = 0;
         }
-        let align = dw.file.alignment().mem_bytes.max(1);
-        let buf = state
-            .buf
-            .get_or_insert_with(|| AlignedBuf::zeroed(run_max * dw.slot_bytes, align));
-        for (i, request) in run.iter().enumerate() {
+        for request in run {
             if request.buf.len() != dw.unit_bytes {
                 return Err(PoolError::Corrupted {
                     page_id: PageId(request.offset_bytes / dw.unit_bytes as u64),
@@ -282,14 +281,26 @@ impl FileService {
                     ),
                 });
             }
-            let at = i * dw.slot_bytes;
-            buf[at..at + dw.unit_bytes].copy_from_slice(&request.buf);
         }
         let offset = (state.next * dw.slot_bytes) as u64;
-        let len = run.len() * dw.slot_bytes;
-        dw.file
-            .write_at(offset, &buf[..len])
-            .map_err(file_error("doublewrite write", offset))?;
+        let written = if dw.slot_bytes == dw.unit_bytes {
+            // The copies straight from the page writes' buffers.
+            let bufs: Vec<&[u8]> = run.iter().map(|r| &r.buf[..]).collect();
+            dw.file.write_vectored_at(offset, &bufs)
+        } else {
+            // Slots padded to the file's alignment: side by side in one
+            // buffer, the padding zeros.
+            let align = dw.file.alignment().mem_bytes.max(1);
+            let buf = state
+                .buf
+                .get_or_insert_with(|| AlignedBuf::zeroed(run_max * dw.slot_bytes, align));
+            for (i, request) in run.iter().enumerate() {
+                let at = i * dw.slot_bytes;
+                buf[at..at + dw.unit_bytes].copy_from_slice(&request.buf);
+            }
+            dw.file.write_at(offset, &buf[..run.len() * dw.slot_bytes])
+        };
+        written.map_err(file_error("doublewrite write", offset))?;
         dw.file
             .sync_data()
             .map_err(file_error("doublewrite sync", 0))?;
