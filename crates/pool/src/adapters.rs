@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use barracuda_codec::{
     BlockCodec, Codec, CompressionStats, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId,
@@ -29,7 +29,30 @@ pub struct CodecService {
     contexts: Mutex<Vec<BlockCodec>>,
     /// [`PageCodec::set_packing`]: compress with no log reserve.
     packing: AtomicBool,
+    /// The last fits of [`PageCodec::compress_trial`], newest last.
+    trials: Mutex<Vec<Trial>>,
+    /// Compressions answered from `trials`.
+    reused: AtomicU64,
 }
+
+/// A page compressed to see whether it fits, and the block it gave: a
+/// split compresses each image it stages, then commits the images, and
+/// the commit compresses them again (the modification log cannot hold a
+/// rebuilt page). Compression is a function of the page's bytes, its id
+/// and whether the block is packed; the block's LSN is only stamped in its
+/// header. So a commit of the same bytes takes the kept block and stamps
+/// its own LSN: the block compressing afresh would give, bit for bit.
+struct Trial {
+    page_id: PageId,
+    /// Compressed packed (no log reserve).
+    packed: bool,
+    page: Vec<u8>,
+    block: Vec<u8>,
+}
+
+/// Trials kept: a split of one page into two checks two images, a split
+/// up the tree one more per level.
+const TRIALS_KEPT: usize = 4;
 
 impl CodecService {
     /// A service for one policy and geometry; checks them by building the
@@ -48,12 +71,63 @@ impl CodecService {
             stats,
             contexts: Mutex::new(vec![first]),
             packing: AtomicBool::new(false),
+            trials: Mutex::new(Vec::with_capacity(TRIALS_KEPT)),
+            reused: AtomicU64::new(0),
         })
     }
 
     /// The shared compression counters.
     pub fn stats(&self) -> &Arc<CompressionStats> {
         &self.stats
+    }
+
+    /// What compressing into `block` keeps of it: the LSN it carries (a
+    /// new block has none yet), and whether to compress packed. A block
+    /// packed by a compaction stays packed while the page fits it, so that
+    /// a same-size overwrite does not split a packed page; read from the
+    /// block, so recovery decides as the original run did.
+    fn destination(&self, block: &[u8]) -> (Lsn, bool) {
+        let lsn = barracuda_codec::read_header(block).map_or(Lsn(0), |header| header.lsn);
+        let packed = barracuda_codec::is_packed(block) || self.packing.load(Ordering::Relaxed);
+        (lsn, packed)
+    }
+
+    fn compress_fresh(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        lsn: Lsn,
+        packed: bool,
+        block: &mut [u8],
+    ) -> Result<CompressOutcome> {
+        let outcome = self.with_context(page_id, |c| {
+            if packed {
+                c.compress_reserving(page, page_id, lsn, block, 0)
+            } else {
+                c.compress(page, page_id, lsn, block)
+            }
+        })?;
+        Ok(match outcome {
+            barracuda_codec::CompressOutcome::Fits { .. } => CompressOutcome::Fits,
+            barracuda_codec::CompressOutcome::DoesNotFit { .. } => CompressOutcome::DoesNotFit,
+        })
+    }
+
+    /// Whether a kept trial compressed these page bytes as `packed`: if
+    /// so it is written to `block` (not yet stamped) and forgotten.
+    fn take_trial(&self, page_id: PageId, packed: bool, page: &[u8], block: &mut [u8]) -> bool {
+        let mut trials = self.trials.lock();
+        let Some(at) = trials.iter().rposition(|t| {
+            t.page_id == page_id
+                && t.packed == packed
+                && t.block.len() == block.len()
+                && t.page == page
+        }) else {
+            return false;
+        };
+        let trial = trials.remove(at);
+        block.copy_from_slice(&trial.block);
+        true
     }
 
     fn with_context<T>(
@@ -77,23 +151,37 @@ impl CodecService {
 
 impl PageCodec for CodecService {
     fn compress(&self, page_id: PageId, page: &[u8], block: &mut [u8]) -> Result<CompressOutcome> {
-        // Keep the LSN the block carries (a new block has none yet).
-        let lsn = barracuda_codec::read_header(block).map_or(Lsn(0), |header| header.lsn);
-        // A block packed by a compaction stays packed while the page fits
-        // it, so that a same-size overwrite does not split a packed page;
-        // read from the block, so recovery decides as the original run did.
-        let packed = barracuda_codec::is_packed(block);
-        let outcome = self.with_context(page_id, |c| {
-            if packed || self.packing.load(Ordering::Relaxed) {
-                c.compress_reserving(page, page_id, lsn, block, 0)
-            } else {
-                c.compress(page, page_id, lsn, block)
+        let (lsn, packed) = self.destination(block);
+        if self.take_trial(page_id, packed, page, block) {
+            barracuda_codec::seal(block, lsn)
+                .map_err(|source| PoolError::Codec { page_id, source })?;
+            self.reused.fetch_add(1, Ordering::Relaxed);
+            return Ok(CompressOutcome::Fits);
+        }
+        self.compress_fresh(page_id, page, lsn, packed, block)
+    }
+
+    fn compress_trial(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        block: &mut [u8],
+    ) -> Result<CompressOutcome> {
+        let (lsn, packed) = self.destination(block);
+        let outcome = self.compress_fresh(page_id, page, lsn, packed, block)?;
+        if outcome == CompressOutcome::Fits {
+            let mut trials = self.trials.lock();
+            if trials.len() == TRIALS_KEPT {
+                trials.remove(0);
             }
-        })?;
-        Ok(match outcome {
-            barracuda_codec::CompressOutcome::Fits { .. } => CompressOutcome::Fits,
-            barracuda_codec::CompressOutcome::DoesNotFit { .. } => CompressOutcome::DoesNotFit,
-        })
+            trials.push(Trial {
+                page_id,
+                packed,
+                page: page.to_vec(),
+                block: block.to_vec(),
+            });
+        }
+        Ok(outcome)
     }
 
     fn set_packing(&self, packing: bool) {
@@ -141,6 +229,7 @@ impl PageCodec for CodecService {
             compress_ops: row.compress_ops,
             compress_ops_ok: row.compress_ops_ok,
             compress_time_us: row.compress_time_ns / 1000,
+            compress_reused: self.reused.load(Ordering::Relaxed),
             uncompress_ops: row.uncompress_ops,
             uncompress_time_us: row.uncompress_time_ns / 1000,
         }
@@ -404,5 +493,113 @@ impl FileService {
             .collect();
         debug_assert_eq!(done.len(), count);
         done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use barracuda_codec::BlockSize;
+
+    const PAGE: usize = 16 << 10;
+    const BLOCK: usize = 8 << 10;
+
+    fn service() -> CodecService {
+        let geometry = Geometry::new(PAGE, BlockSize::Kib8).unwrap();
+        CodecService::new(Codec::zstd_default(), geometry).unwrap()
+    }
+
+    /// A page of text-like bytes (compresses well), varied by `seed`.
+    fn page(seed: u8) -> Vec<u8> {
+        let mut page = vec![0u8; PAGE];
+        for (i, b) in page.iter_mut().enumerate().skip(PAGE_HEADER_RESERVED_BYTES) {
+            *b = b"barracuda keeps pages compressed "[i % 33]
+                .wrapping_add(seed * (i % 7 == 0) as u8);
+        }
+        page
+    }
+
+    /// A destination block that already holds a page and carries `lsn`.
+    fn destination(codec: &CodecService, lsn: Lsn) -> Vec<u8> {
+        let mut block = vec![0u8; BLOCK];
+        assert_eq!(
+            codec.compress(PageId(9), &page(200), &mut block).unwrap(),
+            CompressOutcome::Fits
+        );
+        barracuda_codec::seal(&mut block, lsn).unwrap();
+        block
+    }
+
+    #[test]
+    fn a_commit_after_its_trial_gives_the_block_compressing_afresh_gives() {
+        let fresh = service();
+        let mut expected = destination(&fresh, Lsn(77));
+        assert_eq!(
+            fresh.compress(PageId(9), &page(1), &mut expected).unwrap(),
+            CompressOutcome::Fits
+        );
+
+        let tried = service();
+        let mut scratch = vec![0u8; BLOCK];
+        let trial = tried
+            .compress_trial(PageId(9), &page(1), &mut scratch)
+            .unwrap();
+        assert_eq!(trial, CompressOutcome::Fits);
+        let mut block = destination(&tried, Lsn(77));
+        assert_eq!(
+            tried.compress(PageId(9), &page(1), &mut block).unwrap(),
+            CompressOutcome::Fits
+        );
+        assert_eq!(tried.counters().compress_reused, 1);
+        assert!(
+            block == expected,
+            "the reused block differs from a fresh compression"
+        );
+        assert_eq!(barracuda_codec::read_header(&block).unwrap().lsn, Lsn(77));
+        barracuda_codec::verify(&block, PageId(9)).unwrap();
+        // Used once: the same commit again compresses.
+        assert_eq!(
+            tried.compress(PageId(9), &page(1), &mut block).unwrap(),
+            CompressOutcome::Fits
+        );
+        assert_eq!(tried.counters().compress_reused, 1);
+    }
+
+    #[test]
+    fn a_trial_of_other_bytes_another_page_or_another_mode_is_not_reused() {
+        let codec = service();
+        let mut scratch = vec![0u8; BLOCK];
+        for (id, seed) in [(9, 1), (10, 2)] {
+            let trial = codec
+                .compress_trial(PageId(id), &page(seed), &mut scratch)
+                .unwrap();
+            assert_eq!(trial, CompressOutcome::Fits);
+        }
+        let mut block = destination(&codec, Lsn(5));
+        // Bytes changed since the trial.
+        assert_eq!(
+            codec.compress(PageId(9), &page(3), &mut block).unwrap(),
+            CompressOutcome::Fits
+        );
+        // Another page's trial.
+        assert_eq!(
+            codec.compress(PageId(11), &page(2), &mut block).unwrap(),
+            CompressOutcome::Fits
+        );
+        // Packing since the trial: compressed with no reserve instead.
+        codec.set_packing(true);
+        assert_eq!(
+            codec.compress(PageId(10), &page(2), &mut block).unwrap(),
+            CompressOutcome::Fits
+        );
+        codec.set_packing(false);
+        assert_eq!(codec.counters().compress_reused, 0);
+        // The trial of page 10 is still kept.
+        let mut block = destination(&codec, Lsn(5));
+        assert_eq!(
+            codec.compress(PageId(10), &page(2), &mut block).unwrap(),
+            CompressOutcome::Fits
+        );
+        assert_eq!(codec.counters().compress_reused, 1);
     }
 }

@@ -37,6 +37,19 @@ pub trait PageCodec: Send + Sync {
     /// modification log. On `DoesNotFit` the block's bytes are unspecified
     /// and the caller restores them.
     fn compress(&self, page_id: PageId, page: &[u8], block: &mut [u8]) -> Result<CompressOutcome>;
+    /// [`compress`](Self::compress) to see whether `page` fits, into a
+    /// scratch `block`. A codec may keep the result for the `compress` of
+    /// the same page bytes that commonly follows (the split that checked
+    /// its images commits them), which must then produce the same block as
+    /// compressing afresh would.
+    fn compress_trial(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        block: &mut [u8],
+    ) -> Result<CompressOutcome> {
+        self.compress(page_id, page, block)
+    }
     /// Decompresses `block` into `page` (its whole length) and applies the
     /// block's modification log.
     fn decompress(&self, page_id: PageId, block: &[u8], page: &mut [u8]) -> Result<()>;

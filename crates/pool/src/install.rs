@@ -100,7 +100,10 @@ impl BufferPool {
             .block_size_bytes()
             .unwrap_or(self.page_size_bytes);
         let mut block = vec![0u8; block_bytes];
-        let outcome = self.services.codec.compress(page_id, page, &mut block)?;
+        let outcome = self
+            .services
+            .codec
+            .compress_trial(page_id, page, &mut block)?;
         Ok(outcome == crate::backend::CompressOutcome::Fits)
     }
 

@@ -81,6 +81,11 @@ pub struct CodecCounters {
     pub compress_ops_ok: u64,
     /// Time spent compressing, µs.
     pub compress_time_us: u64,
+    /// Compressions not run again: the page's bytes were compressed just
+    /// before, to see whether they fit, and the block was kept
+    /// (`PageCodec::compress_trial`). Not in `compress_ops`.
+    #[serde(default)]
+    pub compress_reused: u64,
     /// Decompressions.
     pub uncompress_ops: u64,
     /// Time spent decompressing, µs.
