@@ -118,13 +118,7 @@ impl BlockFile for PreadFile {
     }
 
     fn write_vectored_at(&self, offset_bytes: u64, bufs: &[&[u8]]) -> Result<(), IoError> {
-        let mut at = offset_bytes;
-        for buf in bufs {
-            self.core
-                .check_request(OpKind::Write, at, buf.as_ptr() as usize, buf.len())?;
-            at += buf.len() as u64;
-        }
-        crate::sys::pwritev_all(&self.core.opened, offset_bytes, bufs)
+        self.core.write_vectored_at(offset_bytes, bufs)
     }
 
     fn sync_data(&self) -> Result<(), IoError> {

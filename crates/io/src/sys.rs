@@ -381,6 +381,21 @@ impl DiskCore {
             .check(self.path(), op, offset_bytes, addr, len)
     }
 
+    /// `BlockFile::write_vectored_at` on the calling thread: every buffer
+    /// checked as a write of its own, then one `pwritev`.
+    pub(crate) fn write_vectored_at(
+        &self,
+        offset_bytes: u64,
+        bufs: &[&[u8]],
+    ) -> Result<(), IoError> {
+        let mut at = offset_bytes;
+        for buf in bufs {
+            self.check_request(OpKind::Write, at, buf.as_ptr() as usize, buf.len())?;
+            at += buf.len() as u64;
+        }
+        pwritev_all(&self.opened, offset_bytes, bufs)
+    }
+
     pub(crate) fn len(&self) -> Result<u64, IoError> {
         let meta = self.opened.file.metadata();
         meta.map(|m| m.len())
