@@ -363,12 +363,30 @@ mod tests {
         Some(modes[start..end].to_string())
     }
 
-    /// Kilobytes of huge pages backing the mapping that starts at `base`.
+    /// Kilobytes of huge pages backing the mapping that holds `base`. The
+    /// kernel may have merged the arena's mapping with an adjacent one that
+    /// another test thread made (same flags, no huge-page advice), so it
+    /// is the mapping that contains `base`, not one that starts there.
     fn huge_kib(base: *const u8) -> u64 {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let start = format!("{:x}-", base as usize);
-        let mut lines = smaps.lines().skip_while(|line| !line.starts_with(&start));
-        assert!(lines.next().is_some(), "no mapping at {start}");
+        let base = base as usize;
+        let holds_base = |line: &str| {
+            let Some((range, _)) = line.split_once(' ') else {
+                return false;
+            };
+            let Some((start, end)) = range.split_once('-') else {
+                return false;
+            };
+            match (
+                usize::from_str_radix(start, 16),
+                usize::from_str_radix(end, 16),
+            ) {
+                (Ok(start), Ok(end)) => (start..end).contains(&base),
+                _ => false,
+            }
+        };
+        let mut lines = smaps.lines().skip_while(|line| !holds_base(line));
+        assert!(lines.next().is_some(), "no mapping holds {base:x}");
         // The first `AnonHugePages` after the mapping's header is its own.
         lines
             .find_map(|line| line.strip_prefix("AnonHugePages:"))
