@@ -173,15 +173,24 @@ impl PageCodec for CodecService {
         let outcome = self.compress_fresh(page_id, page, lsn, packed, block)?;
         if outcome == CompressOutcome::Fits {
             let mut trials = self.trials.lock();
-            if trials.len() == TRIALS_KEPT {
-                trials.remove(0);
-            }
-            trials.push(Trial {
-                page_id,
-                packed,
-                page: page.to_vec(),
-                block: block.to_vec(),
-            });
+            // The oldest trial's buffers take the new one, once all are kept.
+            let mut trial = if trials.len() == TRIALS_KEPT {
+                trials.remove(0)
+            } else {
+                Trial {
+                    page_id,
+                    packed,
+                    page: Vec::with_capacity(page.len()),
+                    block: Vec::with_capacity(block.len()),
+                }
+            };
+            trial.page_id = page_id;
+            trial.packed = packed;
+            trial.page.clear();
+            trial.page.extend_from_slice(page);
+            trial.block.clear();
+            trial.block.extend_from_slice(block);
+            trials.push(trial);
         }
         Ok(outcome)
     }
