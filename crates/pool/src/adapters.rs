@@ -530,13 +530,21 @@ mod tests {
         page
     }
 
+    /// Compresses page `seed` as page `id` into `block` (a trial if
+    /// `trial`), which must fit.
+    fn fits(codec: &CodecService, id: u64, seed: u8, block: &mut [u8], trial: bool) {
+        let outcome = if trial {
+            codec.compress_trial(PageId(id), &page(seed), block)
+        } else {
+            codec.compress(PageId(id), &page(seed), block)
+        };
+        assert_eq!(outcome.unwrap(), CompressOutcome::Fits);
+    }
+
     /// A destination block that already holds a page and carries `lsn`.
     fn destination(codec: &CodecService, lsn: Lsn) -> Vec<u8> {
         let mut block = vec![0u8; BLOCK];
-        assert_eq!(
-            codec.compress(PageId(9), &page(200), &mut block).unwrap(),
-            CompressOutcome::Fits
-        );
+        fits(codec, 9, 200, &mut block, false);
         barracuda_codec::seal(&mut block, lsn).unwrap();
         block
     }
@@ -545,22 +553,13 @@ mod tests {
     fn a_commit_after_its_trial_gives_the_block_compressing_afresh_gives() {
         let fresh = service();
         let mut expected = destination(&fresh, Lsn(77));
-        assert_eq!(
-            fresh.compress(PageId(9), &page(1), &mut expected).unwrap(),
-            CompressOutcome::Fits
-        );
+        fits(&fresh, 9, 1, &mut expected, false);
 
         let tried = service();
         let mut scratch = vec![0u8; BLOCK];
-        let trial = tried
-            .compress_trial(PageId(9), &page(1), &mut scratch)
-            .unwrap();
-        assert_eq!(trial, CompressOutcome::Fits);
+        fits(&tried, 9, 1, &mut scratch, true);
         let mut block = destination(&tried, Lsn(77));
-        assert_eq!(
-            tried.compress(PageId(9), &page(1), &mut block).unwrap(),
-            CompressOutcome::Fits
-        );
+        fits(&tried, 9, 1, &mut block, false);
         assert_eq!(tried.counters().compress_reused, 1);
         assert!(
             block == expected,
@@ -569,10 +568,7 @@ mod tests {
         assert_eq!(barracuda_codec::read_header(&block).unwrap().lsn, Lsn(77));
         barracuda_codec::verify(&block, PageId(9)).unwrap();
         // Used once: the same commit again compresses.
-        assert_eq!(
-            tried.compress(PageId(9), &page(1), &mut block).unwrap(),
-            CompressOutcome::Fits
-        );
+        fits(&tried, 9, 1, &mut block, false);
         assert_eq!(tried.counters().compress_reused, 1);
     }
 
@@ -581,36 +577,21 @@ mod tests {
         let codec = service();
         let mut scratch = vec![0u8; BLOCK];
         for (id, seed) in [(9, 1), (10, 2)] {
-            let trial = codec
-                .compress_trial(PageId(id), &page(seed), &mut scratch)
-                .unwrap();
-            assert_eq!(trial, CompressOutcome::Fits);
+            fits(&codec, id, seed, &mut scratch, true);
         }
         let mut block = destination(&codec, Lsn(5));
         // Bytes changed since the trial.
-        assert_eq!(
-            codec.compress(PageId(9), &page(3), &mut block).unwrap(),
-            CompressOutcome::Fits
-        );
+        fits(&codec, 9, 3, &mut block, false);
         // Another page's trial.
-        assert_eq!(
-            codec.compress(PageId(11), &page(2), &mut block).unwrap(),
-            CompressOutcome::Fits
-        );
+        fits(&codec, 11, 2, &mut block, false);
         // Packing since the trial: compressed with no reserve instead.
         codec.set_packing(true);
-        assert_eq!(
-            codec.compress(PageId(10), &page(2), &mut block).unwrap(),
-            CompressOutcome::Fits
-        );
+        fits(&codec, 10, 2, &mut block, false);
         codec.set_packing(false);
         assert_eq!(codec.counters().compress_reused, 0);
         // The trial of page 10 is still kept.
         let mut block = destination(&codec, Lsn(5));
-        assert_eq!(
-            codec.compress(PageId(10), &page(2), &mut block).unwrap(),
-            CompressOutcome::Fits
-        );
+        fits(&codec, 10, 2, &mut block, false);
         assert_eq!(codec.counters().compress_reused, 1);
     }
 }
