@@ -44,6 +44,8 @@ enum Op {
     Status,
     /// Read-ahead of any ids (existing or not): failures are dropped.
     Prefetch(Vec<u8>),
+    /// Lends this many bytes out of the budget (a record cache growing).
+    Lend(u16),
 }
 
 #[derive(Arbitrary, Debug)]
@@ -110,6 +112,9 @@ struct Harness {
     model: BTreeMap<u64, Vec<u8>>,
     /// Reads submitted by `prefetch` so far.
     read_ahead_submitted: u64,
+    /// Bytes lent so far, and the pool's chunks before any loan.
+    lent_bytes: usize,
+    chunk_count: u32,
 }
 
 impl Harness {
@@ -269,6 +274,18 @@ impl Harness {
                 );
                 assert!(status.read_ahead_evicted_unused <= status.read_ahead);
             }
+            Op::Lend(bytes) => {
+                let bytes = usize::from(bytes);
+                match self.pool.lend_bytes(bytes) {
+                    Ok(true) => self.lent_bytes += bytes,
+                    Ok(false) => {}
+                    Err(e) => self.expect_world(&e),
+                }
+                assert_eq!(self.pool.lent_bytes(), self.lent_bytes);
+                let lent_chunks = self.chunk_count - self.pool.chunk_count();
+                assert!(lent_chunks as usize >= self.lent_bytes.div_ceil(PAGE_SIZE_BYTES));
+                assert!(self.pool.chunk_count() >= self.chunk_count.div_ceil(2));
+            }
             Op::Status => {
                 let status = self.pool.status();
                 assert!(status.bytes_used <= status.budget_bytes);
@@ -326,6 +343,8 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
         lsn: 0,
         model: BTreeMap::new(),
         read_ahead_submitted: 0,
+        lent_bytes: 0,
+        chunk_count: chunk_count as u32,
     };
     for op in input.ops.into_iter().take(OPS_MAX) {
         harness.apply(op);

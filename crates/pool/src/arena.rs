@@ -120,6 +120,25 @@ impl Arena {
         self.prefault.chunk_taken(chunk);
     }
 
+    /// Gives the memory of `chunk`, lent out of the budget, back to the
+    /// kernel (the mapping stays; a later touch would read zeros).
+    pub(crate) fn release(&self, chunk: u32) {
+        let ptr = self.ptr(
+            chunk as usize * self.chunk_size_bytes,
+            self.chunk_size_bytes,
+        );
+        // SAFETY: a whole chunk inside the mapping, which the pool no longer
+        // uses (lent); `MADV_DONTNEED` on a private anonymous mapping only
+        // drops its pages.
+        let rc = unsafe { libc::madvise(ptr.cast(), self.chunk_size_bytes, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            tracing::debug!(
+                "madvise(MADV_DONTNEED) of a lent chunk: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+
     /// Chunks populated ahead of the pool so far.
     pub(crate) fn prefaulted_chunks(&self) -> u64 {
         self.prefault.populated_chunks()
@@ -146,6 +165,9 @@ pub(crate) enum ChunkUse {
     Frame,
     /// Split into blocks; `used_mask` has a bit per used slot.
     Slab { used_mask: u64 },
+    /// Lent out of the budget ([`crate::BufferPool::lend_bytes`]): the pool
+    /// never uses it again, and its memory went back to the kernel.
+    Lent,
 }
 
 /// Bookkeeping of which chunk and slot holds what. Lives under the pool mutex.
@@ -157,6 +179,7 @@ pub(crate) struct ChunkAllocator {
     partial_position: Vec<u32>,
     slots_per_chunk: u32,
     free_slot_count: u32,
+    lent_chunk_count: u32,
 }
 
 impl ChunkAllocator {
@@ -171,6 +194,7 @@ impl ChunkAllocator {
             partial_position: vec![NIL; chunk_count as usize],
             slots_per_chunk,
             free_slot_count: 0,
+            lent_chunk_count: 0,
         }
     }
 
@@ -210,6 +234,22 @@ impl ChunkAllocator {
         );
         self.uses[chunk as usize] = ChunkUse::Free;
         self.free_chunks.push(chunk);
+    }
+
+    /// Lends a chunk just taken for a frame out of the budget, for good.
+    pub(crate) fn lend(&mut self, chunk: u32) {
+        assert_eq!(
+            self.uses[chunk as usize],
+            ChunkUse::Frame,
+            "lending chunk {chunk} that is no frame"
+        );
+        self.uses[chunk as usize] = ChunkUse::Lent;
+        self.lent_chunk_count += 1;
+    }
+
+    /// Chunks lent out of the budget.
+    pub(crate) fn lent_chunk_count(&self) -> u32 {
+        self.lent_chunk_count
     }
 
     /// Takes a block slot, from a partly used slab or by splitting a free chunk.
@@ -314,7 +354,7 @@ impl ChunkAllocator {
         let mut slots = 0;
         for chunk_use in &self.uses {
             match chunk_use {
-                ChunkUse::Free => {}
+                ChunkUse::Free | ChunkUse::Lent => {}
                 ChunkUse::Frame => frames += 1,
                 ChunkUse::Slab { used_mask } => slots += used_mask.count_ones(),
             }
@@ -325,12 +365,17 @@ impl ChunkAllocator {
     /// Checks the free lists against the chunk uses.
     pub(crate) fn check_invariants(&self) {
         let mut free_slots = 0;
+        let mut lent = 0;
         for (chunk, chunk_use) in self.uses.iter().enumerate() {
             let in_free = self.free_chunks.contains(&(chunk as u32));
             let in_partial = self.partial_position[chunk] != NIL;
             match chunk_use {
                 ChunkUse::Free => assert!(in_free && !in_partial, "free chunk {chunk} lists"),
                 ChunkUse::Frame => assert!(!in_free && !in_partial, "frame chunk {chunk} listed"),
+                ChunkUse::Lent => {
+                    assert!(!in_free && !in_partial, "lent chunk {chunk} listed");
+                    lent += 1;
+                }
                 ChunkUse::Slab { used_mask } => {
                     let used = used_mask.count_ones();
                     assert!(used > 0 && !in_free, "empty or free-listed slab {chunk}");
@@ -345,6 +390,7 @@ impl ChunkAllocator {
             }
         }
         assert_eq!(free_slots, self.free_slot_count, "free slot count");
+        assert_eq!(lent, self.lent_chunk_count, "lent chunk count");
         for (position, &chunk) in self.partial_slabs.iter().enumerate() {
             assert_eq!(self.partial_position[chunk as usize], position as u32);
         }

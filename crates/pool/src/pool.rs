@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
-use barracuda_codec::PageId;
+use barracuda_codec::{PageId, UNKNOWN_PAGE_ID};
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::arena::{Arena, ChunkAllocator, NIL};
@@ -168,7 +168,21 @@ pub struct BufferPool {
     /// A thread is writing a victim with a batch from the LRU list's tail
     /// ([`BufferPool::flush_victims`]): others write their victim alone.
     pub(crate) lru_flushing: std::sync::atomic::AtomicBool,
+    /// Serializes [`BufferPool::lend_bytes`]; never held with another lock
+    /// taken first.
+    lending: Mutex<()>,
+    /// Bytes lent out of the budget so far.
+    lent_bytes: AtomicU64,
+    /// Chunks lent, readable without a lock (the pool's usable size).
+    lent_chunks: AtomicU32,
 }
+
+/// The least memory lending leaves the pool (or half its chunks, rounded
+/// up, if fewer): a tree descent and a split pin a few pages at once, and a
+/// pool of a few chunks thrashes. The database's options keep a record
+/// cache within the same bound (`Options::record_cache_bytes`), so that
+/// its loans are never refused.
+pub const LEND_KEEP_BYTES_MIN: usize = 1 << 20;
 
 impl BufferPool {
     /// Allocates the whole budget and opens an empty pool.
@@ -223,8 +237,49 @@ impl BufferPool {
             counters: Counters::default(),
             read_ahead: crate::readahead::ReadAhead::default(),
             lru_flushing: std::sync::atomic::AtomicBool::new(false),
+            lending: Mutex::new(()),
+            lent_bytes: AtomicU64::new(0),
+            lent_chunks: AtomicU32::new(0),
             config,
         })
+    }
+
+    /// Takes `bytes` more out of the budget, for good, for memory that its
+    /// owner keeps beside the pool out of the same budget (a record cache
+    /// that grows as gets fill it): frees whole chunks as a miss would
+    /// (evicting pages, writing dirty victims), stops using them and gives
+    /// their memory back to the kernel. Lent bytes add up; chunks are lent
+    /// as their sum crosses each chunk. Returns `Ok(false)`, lending
+    /// nothing, where that would leave the pool less than
+    /// [`LEND_KEEP_BYTES_MIN`] (or half its chunks, rounded up, if fewer).
+    /// Waits as a miss does for memory while every page is pinned, and
+    /// fails as it does.
+    pub fn lend_bytes(&self, bytes: usize) -> Result<bool> {
+        let _lending = self.lending.lock();
+        let lent_bytes = self.lent_bytes() + bytes;
+        let chunk_bytes = self.arena.chunk_size_bytes();
+        let total = self.arena.chunk_count();
+        let want = lent_bytes.div_ceil(chunk_bytes);
+        let keep = (LEND_KEEP_BYTES_MIN.div_ceil(chunk_bytes) as u32).min(total.div_ceil(2));
+        if want > (total - keep) as usize {
+            return Ok(false);
+        }
+        while (self.lent_chunks.load(Ordering::Relaxed) as usize) < want {
+            let (mut inner, chunk) =
+                self.with_memory(UNKNOWN_PAGE_ID, |inner| self.alloc_frame(inner, NIL))?;
+            inner.alloc.lend(chunk);
+            self.lent_chunks
+                .store(inner.alloc.lent_chunk_count(), Ordering::Relaxed);
+            drop(inner);
+            self.arena.release(chunk);
+        }
+        self.lent_bytes.store(lent_bytes as u64, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Bytes lent out of the budget ([`BufferPool::lend_bytes`]).
+    pub fn lent_bytes(&self) -> usize {
+        self.lent_bytes.load(Ordering::Relaxed) as usize
     }
 
     /// The options the pool was opened with.
@@ -661,7 +716,7 @@ impl BufferPool {
 
     /// Whether `page_count` pages would fit the budget as frames alone.
     fn frames_fit(&self, page_count: u32) -> bool {
-        page_count <= self.arena.chunk_count()
+        page_count <= self.chunk_count()
     }
 
     /// Drops the block of page `d`, which the caller holds pinned and
@@ -1153,14 +1208,16 @@ impl BufferPool {
         Ok(())
     }
 
-    /// Number of the pool's chunks (page-size units of the budget).
+    /// Number of the pool's chunks (page-size units of the budget), less
+    /// those lent ([`BufferPool::lend_bytes`]).
     pub fn chunk_count(&self) -> u32 {
-        self.arena.chunk_count()
+        self.arena.chunk_count() - self.lent_chunks.load(Ordering::Relaxed)
     }
 
-    /// Bytes of the budget actually allocated (chunks times page size).
+    /// Bytes of the budget the pool uses (its chunks, less those lent,
+    /// times the page size).
     pub fn budget_bytes(&self) -> usize {
-        self.arena.chunk_count() as usize * self.arena.chunk_size_bytes()
+        self.chunk_count() as usize * self.arena.chunk_size_bytes()
     }
 }
 

@@ -164,8 +164,13 @@ pub struct PoolStatus {
     pub dirty_pages: u64,
     /// Bytes of frames and blocks in use.
     pub bytes_used: u64,
-    /// The budget, rounded down to whole pages.
+    /// The budget, rounded down to whole pages, less the chunks lent out of
+    /// it (`lent_bytes`, rounded up to whole pages).
     pub budget_bytes: u64,
+    /// Bytes lent out of the budget to memory kept beside the pool (a
+    /// record cache as it fills; `BufferPool::lend_bytes`).
+    #[serde(default)]
+    pub lent_bytes: u64,
     /// Uncompressed frames in use.
     pub frame_count: u64,
     /// Compressed blocks in use.
@@ -235,6 +240,7 @@ impl BufferPool {
             bytes_used: u64::from(frames) * self.page_size_bytes as u64
                 + u64::from(blocks) * self.unit_size_bytes as u64,
             budget_bytes: self.budget_bytes() as u64,
+            lent_bytes: self.lent_bytes() as u64,
             frame_count: u64::from(frames),
             block_count: u64::from(blocks),
             free_chunk_count: u64::from(inner.alloc.free_chunk_count()),
@@ -255,7 +261,11 @@ impl PoolStatus {
             out,
             "----------------------\nBUFFER POOL AND MEMORY\n----------------------"
         );
-        let _ = writeln!(out, "Buffer pool size (bytes) {}", self.budget_bytes);
+        let _ = writeln!(
+            out,
+            "Buffer pool size (bytes) {} (lent {})",
+            self.budget_bytes, self.lent_bytes
+        );
         let _ = writeln!(out, "Bytes used       {}", self.bytes_used);
         let _ = writeln!(
             out,

@@ -631,3 +631,49 @@ fn the_data_file_is_written_with_zeros_ahead_of_its_pages_and_trimmed_back() {
     }
     pool.check_invariants();
 }
+
+/// Lending takes chunks out of the budget as a miss would take memory
+/// (evicting pages, writing dirty ones first), rounds the lent bytes up to
+/// whole chunks, keeps the pool its minimum, and loses no page.
+#[test]
+fn lending_evicts_like_a_miss_and_keeps_every_page() {
+    let file = Arc::new(MemoryFile::default());
+    let chunks = 600;
+    let pool = simple_pool(
+        PageFormat::Compressed {
+            block_size_bytes: 1024,
+        },
+        chunks,
+        file,
+        Arc::new(AtomicU64::new(u64::MAX)),
+        None,
+    );
+    let pages = 590u64;
+    for page in 0..pages {
+        let mut guard = pool.create(PageId(page)).unwrap();
+        guard.write(100, &page.to_le_bytes()).unwrap();
+        assert_eq!(guard.commit(Lsn(1)).unwrap(), CommitOutcome::Fits);
+    }
+    assert_eq!(pool.status().free_chunk_count, 0, "the pages fill the pool");
+    // 300 chunks less 102 bytes, in three loans: 300 chunks lent.
+    for _ in 0..3 {
+        assert!(pool.lend_bytes(100 * 4096 - 34).unwrap());
+        pool.check_invariants();
+    }
+    assert_eq!(pool.chunk_count(), 300);
+    assert_eq!(pool.budget_bytes(), 300 * 4096);
+    assert_eq!(pool.lent_bytes(), 300 * 4096 - 102);
+    // The pool keeps 1 MiB (256 chunks): 44 more may go, 45 may not.
+    assert!(!pool.lend_bytes(45 * 4096).unwrap());
+    assert_eq!(pool.chunk_count(), 300);
+    assert!(pool.lend_bytes(44 * 4096).unwrap());
+    assert_eq!(pool.chunk_count(), 256);
+    let status = pool.status();
+    assert_eq!(status.lent_bytes, 344 * 4096 - 102);
+    assert!(status.bytes_used <= status.budget_bytes, "{status:?}");
+    for page in 0..pages {
+        let guard = pool.fix_shared(PageId(page)).unwrap();
+        assert_eq!(guard[100..108], page.to_le_bytes(), "page {page}");
+    }
+    pool.check_invariants();
+}
