@@ -747,7 +747,9 @@ fn open_pool(
     let config = PoolConfig::default()
         .page_size_bytes(page)
         .format(format)
-        .buffer_pool_bytes(options.buffer_pool_bytes - options.record_cache_bytes)
+        // The whole budget: a record cache takes its part as it fills
+        // (`RecordCache::fill`, `BufferPool::lend_bytes`).
+        .buffer_pool_bytes(options.buffer_pool_bytes)
         .eviction_policy(options.eviction_policy)
         .huge_pages(options.huge_pages);
     // Shared, so that read-ahead is installed on the pool's own thread.

@@ -206,11 +206,12 @@ impl Options {
     /// Under a skewed point-read load, a page in the pool is mostly cold
     /// records next to one hot record, and the record cache keeps the hot
     /// records alone; under uniform reads it only takes room from the pool.
-    /// The pool is smaller by this much for as long as the database is
-    /// open, reads or not: open a bulk load without it (workload 2's load,
-    /// 8 of 64 MiB: 15.9 s with it, 14.7 s without). Must leave the pool at
-    /// least 1 MiB. Default = 0: no record cache (measured with peers
-    /// workload 2 in docs/benchmarks.md).
+    /// The cache takes its memory from the pool as gets fill it, a 64th of
+    /// this budget at a time (`BufferPool::lend_bytes`), and keeps it while
+    /// the database is open: a load that makes no gets keeps the whole
+    /// budget as its pool. Must leave the pool at least 1 MiB. Default = 0:
+    /// no record cache (measured with peers workload 2 in
+    /// docs/benchmarks.md).
     #[must_use]
     pub fn record_cache_bytes(mut self, record_cache_bytes: usize) -> Self {
         self.record_cache_bytes = record_cache_bytes;
@@ -400,10 +401,11 @@ impl Options {
                 self.buffer_pool_bytes
             ));
         }
+        // The pool lends the record cache its memory down to this floor.
         if self
             .buffer_pool_bytes
             .saturating_sub(self.record_cache_bytes)
-            < (1 << 20)
+            < barracuda_pool::LEND_KEEP_BYTES_MIN
         {
             return invalid(format!(
                 "record_cache_bytes {} leaves the buffer pool less than 1 MiB of \

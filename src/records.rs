@@ -11,7 +11,13 @@
 //! and decompressed 63% fewer blocks (docs/design.md, "Record cache").
 //!
 //! Gets look here first; a miss reads the tree and fills the cache. Scans
-//! never use it. Eviction is FIFO with reinsertion (a CLOCK, see
+//! never use it.
+//!
+//! **Memory.** The budget is taken from the tree's buffer pool a shard at a
+//! time, as fills first reach each shard ([`RecordCache::fill`] lends it
+//! with `BufferPool::lend_bytes`): until gets fill the cache, the pool has
+//! the whole budget (a bulk load that makes no gets loses nothing to it).
+//! A shard, once allocated, keeps its memory while the cache lives. Eviction is FIFO with reinsertion (a CLOCK, see
 //! [`Shard`]); once a shard is full, admission is TinyLFU's (a fill only
 //! if its key was read more often lately than the record it would evict).
 //!
@@ -72,6 +78,11 @@ const FLAG_PADDING: u8 = 4;
 pub struct RecordCacheStatus {
     /// The cache's budget, bytes (0: no record cache).
     pub budget_bytes: u64,
+    /// Of the budget, the bytes its shards took from the buffer pool so
+    /// far (each at its first fill).
+    pub allocated_bytes: u64,
+    /// Fills dropped because the pool could not lend their shard's memory.
+    pub allocations_refused: u64,
     /// Bytes of its rings that records (live or not yet reclaimed) take.
     pub bytes_used: u64,
     /// Records held.
@@ -101,6 +112,16 @@ pub struct RecordCache {
     shards: Box<[Mutex<Shard>]>,
     ring_bytes: usize,
     budget_bytes: usize,
+    /// A shard's part of the budget: its ring and index.
+    shard_bytes: usize,
+    /// Held while a shard's memory is lent and allocated, and by a
+    /// compaction that moves the lent memory to a new pool
+    /// ([`RecordCache::hold_allocations`]); never while a shard is locked.
+    allocating: Mutex<()>,
+    /// Shards whose ring is allocated.
+    allocated_shards: AtomicU64,
+    /// Fills dropped because their shard could not get its memory.
+    allocations_refused: AtomicU64,
     /// Odd while a write of the tree is applied (see the module
     /// documentation).
     epoch: AtomicU64,
@@ -306,6 +327,10 @@ impl RecordCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             ring_bytes,
             budget_bytes,
+            shard_bytes,
+            allocating: Mutex::new(()),
+            allocated_shards: AtomicU64::new(0),
+            allocations_refused: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -348,7 +373,10 @@ impl RecordCache {
 
     /// Adds `key` with `value`, read from the tree after [`RecordCache::epoch`]
     /// returned `epoch`, unless a write began since (or was running then).
-    pub fn fill(&self, epoch: u64, key: &[u8], value: &[u8]) {
+    /// The first fill of a shard allocates its ring after `lend` agreed to
+    /// take the shard's part of the budget out of the pool (called with no
+    /// shard locked); if it refuses, the fill is dropped.
+    pub fn fill(&self, epoch: u64, key: &[u8], value: &[u8], lend: impl FnOnce(usize) -> bool) {
         if key.len() > usize::from(u16::MAX)
             || Header::record_len(key.len(), value.len()) > self.ring_bytes / 4
         {
@@ -360,6 +388,9 @@ impl RecordCache {
             .lock()
             .admit(hash, Header::record_len(key.len(), value.len()))
         {
+            return;
+        }
+        if self.shard(hash).lock().ring.is_empty() && !self.allocate(hash, lend) {
             return;
         }
         // Compressed outside the shard's lock.
@@ -379,7 +410,37 @@ impl RecordCache {
             key_len: key.len(),
             flags: FLAG_LIVE,
         };
-        shard.insert(self.ring_bytes, hash, &header, key, stored);
+        shard.insert(hash, &header, key, stored);
+    }
+
+    /// Allocates the ring of the shard of `hash` if `lend` takes its memory
+    /// out of the pool. Returns whether the shard has its ring.
+    fn allocate(&self, hash: u64, lend: impl FnOnce(usize) -> bool) -> bool {
+        let _allocating = self.allocating.lock();
+        if !self.shard(hash).lock().ring.is_empty() {
+            return true;
+        }
+        if !lend(self.shard_bytes) {
+            self.allocations_refused.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let ring = vec![0; self.ring_bytes];
+        self.shard(hash).lock().ring = ring;
+        self.allocated_shards.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Bytes of the budget the allocated shards hold: what was lent out of
+    /// the pool.
+    pub fn allocated_bytes(&self) -> usize {
+        self.allocated_shards.load(Ordering::Relaxed) as usize * self.shard_bytes
+    }
+
+    /// Keeps shards from being allocated while the guard lives, so that
+    /// [`RecordCache::allocated_bytes`] stays what it was (a compaction
+    /// lends it to the new pool before readers move to it).
+    pub(crate) fn hold_allocations(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.allocating.lock()
     }
 
     /// Starts a write of the tree: no get fills the cache until the
@@ -404,6 +465,8 @@ impl RecordCache {
     pub fn status(&self) -> RecordCacheStatus {
         let mut status = RecordCacheStatus {
             budget_bytes: self.budget_bytes as u64,
+            allocated_bytes: self.allocated_bytes() as u64,
+            allocations_refused: self.allocations_refused.load(Ordering::Relaxed),
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             fills_refused: self.fills_refused.load(Ordering::Relaxed),
@@ -506,10 +569,8 @@ impl Shard {
 
     /// Appends a record (replacing any under the same hash), making room at
     /// the tail.
-    fn insert(&mut self, ring_bytes: usize, hash: u64, header: &Header, key: &[u8], stored: &[u8]) {
-        if self.ring.is_empty() {
-            self.ring = vec![0; ring_bytes];
-        }
+    fn insert(&mut self, hash: u64, header: &Header, key: &[u8], stored: &[u8]) {
+        debug_assert!(!self.ring.is_empty(), "the ring is allocated first");
         if let Some(at) = self.index.remove(&hash) {
             set_flags(&mut self.ring, at as usize, 0, FLAG_LIVE);
         }
@@ -710,7 +771,7 @@ mod tests {
                     Step::Fill(k, len) => {
                         let (v, len) = *tree.entry(k).or_insert((0, len));
                         let epoch = cache.epoch();
-                        cache.fill(epoch, &[k, 7, k], &value(v, len as usize));
+                        cache.fill(epoch, &[k, 7, k], &value(v, len as usize), |_| true);
                     }
                     Step::Write(k) => {
                         let epoch = cache.begin_write();
@@ -739,7 +800,7 @@ mod tests {
     }
 
     fn fill_now(cache: &RecordCache, key: &[u8], value: &[u8]) {
-        cache.fill(cache.epoch(), key, value);
+        cache.fill(cache.epoch(), key, value, |_| true);
     }
 
     #[test]
@@ -748,7 +809,7 @@ mod tests {
         let mut out = Vec::new();
         assert!(!cache.get_into(b"k", &mut out));
         let epoch = cache.epoch();
-        cache.fill(epoch, b"k", &value(1, 1000));
+        cache.fill(epoch, b"k", &value(1, 1000), |_| true);
         assert!(cache.get_into(b"k", &mut out));
         assert_eq!(out, value(1, 1000));
         {
@@ -771,16 +832,46 @@ mod tests {
         let before = cache.epoch();
         let write = cache.begin_write();
         let during = cache.epoch();
-        cache.fill(before, b"a", b"old");
-        cache.fill(during, b"a", b"old");
+        cache.fill(before, b"a", b"old", |_| true);
+        cache.fill(during, b"a", b"old", |_| true);
         drop(write);
-        cache.fill(during, b"a", b"old");
+        cache.fill(during, b"a", b"old", |_| true);
         let mut out = Vec::new();
         assert!(!cache.get_into(b"a", &mut out));
         assert_eq!(cache.status().fills_refused, 3);
         fill_now(&cache, b"a", b"new");
         assert!(cache.get_into(b"a", &mut out));
         assert_eq!(out, b"new");
+    }
+
+    #[test]
+    fn a_shard_takes_its_memory_at_its_first_fill_and_a_refused_loan_drops_the_fill() {
+        let cache = RecordCache::new(SHARDS << 16).unwrap();
+        let mut out = Vec::new();
+        let lent = std::cell::Cell::new(0);
+        let lend = |bytes| {
+            lent.set(lent.get() + bytes);
+            true
+        };
+        assert_eq!(cache.status().allocated_bytes, 0);
+        cache.fill(cache.epoch(), b"a", b"1", |_| false);
+        assert!(!cache.get_into(b"a", &mut out));
+        assert_eq!(cache.status().allocations_refused, 1);
+        assert_eq!(cache.status().allocated_bytes, 0);
+        cache.fill(cache.epoch(), b"a", b"1", lend);
+        cache.fill(cache.epoch(), b"a", b"2", |_| {
+            panic!("lent twice for one shard")
+        });
+        assert!(cache.get_into(b"a", &mut out));
+        assert_eq!(out, b"2");
+        assert_eq!(lent.get(), 1 << 16);
+        // Keys in every shard: the whole budget, lent once per shard.
+        for k in 0..4096u32 {
+            cache.fill(cache.epoch(), &k.to_le_bytes(), b"v", lend);
+        }
+        assert_eq!(lent.get(), SHARDS << 16);
+        assert_eq!(cache.status().allocated_bytes, (SHARDS << 16) as u64);
+        cache.check_invariants();
     }
 
     #[test]

@@ -114,7 +114,19 @@ impl Tree {
         let epoch = records.epoch();
         let found = self.slot.read().tree.get_into(key, value)?;
         if found {
-            records.fill(epoch, key, value);
+            records.fill(epoch, key, value, |bytes| {
+                self.slot
+                    .read()
+                    .pool()
+                    .lend_bytes(bytes)
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(
+                            "record cache of {}: no memory from the pool: {e}",
+                            self.slot.name
+                        );
+                        false
+                    })
+            });
         }
         Ok(found)
     }

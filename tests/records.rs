@@ -180,3 +180,36 @@ fn a_record_cache_that_leaves_the_pool_less_than_a_mib_is_refused() {
         3 << 20
     );
 }
+
+/// The record cache takes its part of the budget from the pool as gets fill
+/// it: a tree that is only written keeps the whole budget as its pool; once
+/// gets have filled every shard, pool and cache share the budget, also
+/// after a compaction has moved the tree to a new pool.
+#[test]
+fn the_record_cache_takes_its_budget_from_the_pool_as_gets_fill_it() {
+    let dir = tempdir();
+    let db = with_records().open(dir.path()).unwrap();
+    let tree = db.tree("t").unwrap();
+    let mut rng = SmallRng::seed_from_u64(7);
+    const KEYS: u64 = 2_000;
+    for i in 0..KEYS {
+        tree.put(&key(i), &half_random_value(&mut rng)).unwrap();
+    }
+    let shares = |tree: &barracuda::Tree| {
+        let pool = tree.pool_status();
+        let records = tree.record_cache_status();
+        (pool.budget_bytes, pool.lent_bytes, records.allocated_bytes)
+    };
+    assert_eq!(shares(&tree), (8 << 20, 0, 0));
+    let mut value = Vec::new();
+    for i in 0..KEYS {
+        assert!(tree.get_into(&key(i), &mut value).unwrap());
+    }
+    assert_eq!(shares(&tree), (6 << 20, 2 << 20, 2 << 20));
+    db.compact("t").unwrap();
+    assert_eq!(shares(&tree), (6 << 20, 2 << 20, 2 << 20));
+    for i in 0..KEYS {
+        assert!(tree.get_into(&key(i), &mut value).unwrap());
+    }
+    assert!(tree.record_cache_status().hits >= KEYS / 2);
+}

@@ -80,7 +80,7 @@ fuzz_target!(|input: Input| {
                     );
                 } else {
                     let epoch = cache.epoch();
-                    cache.fill(epoch, &key(k), &value(v, len));
+                    cache.fill(epoch, &key(k), &value(v, len), |_| true);
                 }
             }
             Op::RacingFill(k) => {

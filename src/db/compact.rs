@@ -313,7 +313,26 @@ impl DbInner {
         if stop == Some(CompactStep::CatalogSwapped) {
             return Ok(());
         }
+        // The record cache's memory was lent by the old pool: the new one
+        // lends it before any reader can allocate more on the old one.
+        let allocations = slot.records.as_ref().map(|records| {
+            let held = records.hold_allocations();
+            let owed = records.allocated_bytes();
+            match new.pool().lend_bytes(owed) {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(
+                    "compaction of {}: the new pool is too small to lend the record cache's {owed} bytes",
+                    slot.name
+                ),
+                Err(e) => tracing::warn!(
+                    "compaction of {}: the new pool could not lend the record cache's {owed} bytes: {e}",
+                    slot.name
+                ),
+            }
+            held
+        });
         let old = slot.replace(new);
+        drop(allocations);
         old.cleaner.lock().take();
         // Readers still on the old tree keep its file open; a failure here
         // leaves an orphan that the next open deletes.
