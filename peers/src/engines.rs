@@ -59,8 +59,10 @@ pub struct Setup {
     pub barracuda_log_bytes: u64,
     /// Barracuda only: its I/O backend (`Options::io_backend`).
     pub barracuda_io: barracuda::io::Backend,
-    /// Barracuda only: the part of `cache_bytes` its record cache takes
-    /// (`Options::record_cache_bytes`); the pool gets the rest.
+    /// Barracuda only: `Options::flush_method`.
+    pub barracuda_flush: barracuda::io::FlushMethod,
+    /// Barracuda only: the part of `cache_bytes` its record cache may take
+    /// from the pool as gets fill it (`Options::record_cache_bytes`).
     pub barracuda_record_cache_bytes: usize,
     /// LMDB only: `MDB_NORDAHEAD`, its documented setting for random reads
     /// of a database larger than memory (workload 2). With the kernel's
@@ -118,6 +120,7 @@ impl BarracudaEngine {
             .default_tree_options(setup.barracuda_tree.clone())
             .log_bytes(setup.barracuda_log_bytes)
             .io_backend(setup.barracuda_io)
+            .flush_method(setup.barracuda_flush)
             .buffer_pool_bytes(setup.cache_bytes)
             .record_cache_bytes(setup.barracuda_record_cache_bytes)
             .durability(barracuda::Durability::Sync)

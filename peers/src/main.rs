@@ -42,6 +42,16 @@ enum W2Io {
     Pread,
 }
 
+/// Workload 2: how Barracuda's files are opened (`Options::flush_method`).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum W2Flush {
+    /// `O_DIRECT`, Barracuda's default: the buffer pool is its only cache.
+    Odirect,
+    /// Buffered I/O with fdatasync, as the other five engines: the OS page
+    /// cache holds blocks the pool has evicted, within the same cgroup.
+    Fsync,
+}
+
 /// zstd's own default level.
 const W2_ZSTD_LEVEL: i32 = 3;
 
@@ -118,6 +128,9 @@ struct Args {
     /// Workload 2: Barracuda's I/O backend.
     #[arg(long, value_enum, default_value_t = W2Io::Auto)]
     barracuda_io: W2Io,
+    /// Workload 2: how Barracuda opens its files.
+    #[arg(long, value_enum, default_value_t = W2Flush::Odirect)]
+    barracuda_flush: W2Flush,
     /// Workload 2: of Barracuda's cache budget (the same as every engine's),
     /// the MiB that hold single records (`Options::record_cache_bytes`);
     /// the buffer pool gets the rest. Barracuda alone, one run each (the
@@ -125,9 +138,8 @@ struct Args {
     /// the disk in the uniform pass and 11% fewer in the Zipf pass, which
     /// decompressed 63% fewer blocks; 12 and 16 read 4-5% more in the
     /// uniform pass and about as many in the Zipf pass (docs/benchmarks.md,
-    /// "A record cache"). 0: all pool. The reads' process only: the load's
-    /// opens without one (it makes no gets; with one its pool is smaller:
-    /// 15.9 s against 14.7 s, docs/benchmarks.md, "The write path").
+    /// "A record cache"). 0: all pool. The load opens with it too: it
+    /// makes no gets, so the cache takes nothing from its pool.
     #[arg(long, default_value_t = 8)]
     barracuda_record_cache_mib: usize,
     /// Workload 2: Barracuda's log ring (`Options::log_bytes`), MiB; the
@@ -465,6 +477,8 @@ fn spawn_child(
         .args(["--barracuda-page-kib", &args.barracuda_page_kib.to_string()])
         .arg("--barracuda-io")
         .arg(format!("{:?}", args.barracuda_io).to_lowercase())
+        .arg("--barracuda-flush")
+        .arg(format!("{:?}", args.barracuda_flush).to_lowercase())
         .args([
             "--barracuda-record-cache-mib",
             &args.barracuda_record_cache_mib.to_string(),
@@ -513,6 +527,7 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             barracuda_tree: tree,
             barracuda_log_bytes: args.barracuda_w1_log_mib << 20,
             barracuda_io: barracuda::io::Backend::Auto,
+            barracuda_flush: barracuda::io::FlushMethod::ODirect,
             barracuda_record_cache_bytes: 0,
             lmdb_no_read_ahead: false,
         };
@@ -546,12 +561,11 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
                 W2Io::Auto => barracuda::io::Backend::Auto,
                 W2Io::Pread => barracuda::io::Backend::Pread,
             },
-            // The load makes no gets, and a record cache's budget would
-            // only shrink its pool: it opens with all 64 MiB as pool.
-            barracuda_record_cache_bytes: match phase {
-                Phase::Load => 0,
-                Phase::Reads => args.barracuda_record_cache_mib << 20,
+            barracuda_flush: match args.barracuda_flush {
+                W2Flush::Odirect => barracuda::io::FlushMethod::ODirect,
+                W2Flush::Fsync => barracuda::io::FlushMethod::Fsync,
             },
+            barracuda_record_cache_bytes: args.barracuda_record_cache_mib << 20,
             lmdb_no_read_ahead: true,
         };
         let pair_bytes = workloads::KEY_BYTES + workloads::LARGE_VALUE_BYTES;
