@@ -94,7 +94,7 @@ fuzz_target!(|input: Input| {
                     version += 1;
                     tree.insert(k, (version, len));
                 }
-                cache.fill(epoch, &key(k), &stale);
+                cache.fill(epoch, &key(k), &stale, |_| true);
             }
             Op::Write { key: k, len } => {
                 let k = k % KEYS;
