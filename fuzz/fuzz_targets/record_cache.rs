@@ -2,9 +2,12 @@
 //! budget, so its rings wrap, evict and reinsert all the time: gets, fills
 //! (admitted or not by its frequency sketch) and writes against a model of
 //! the tree's values. A get from the cache must return the model's value;
-//! `check_invariants()` walks every ring after every step.
+//! `check_invariants()` walks every ring after every step. Some of the
+//! shards' loans from the pool are refused: the cache must hold exactly
+//! the loans it was granted.
 #![no_main]
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
 use arbitrary::Arbitrary;
@@ -31,6 +34,8 @@ struct Input {
     /// The budget: 1 to 8 KiB per shard (64 shards), so that a few
     /// records fill a shard.
     budget: u8,
+    /// Every n-th loan a shard asks for is refused (0: none).
+    refuse_every: u8,
     ops: Vec<Op>,
 }
 
@@ -67,6 +72,16 @@ fuzz_target!(|input: Input| {
     let mut tree: HashMap<u16, (u32, usize)> = HashMap::new();
     let mut version = 0u32;
     let mut out = Vec::new();
+    let refuse_every = u32::from(input.refuse_every % 4);
+    let (asked, granted) = (Cell::new(0u32), Cell::new(0usize));
+    let lend = |bytes: usize| {
+        asked.set(asked.get() + 1);
+        let refused = refuse_every != 0 && asked.get().is_multiple_of(refuse_every);
+        if !refused {
+            granted.set(granted.get() + bytes);
+        }
+        !refused
+    };
     for op in input.ops.into_iter().take(OPS_MAX) {
         match op {
             Op::Get(k) => {
@@ -80,7 +95,7 @@ fuzz_target!(|input: Input| {
                     );
                 } else {
                     let epoch = cache.epoch();
-                    cache.fill(epoch, &key(k), &value(v, len), |_| true);
+                    cache.fill(epoch, &key(k), &value(v, len), &lend);
                 }
             }
             Op::RacingFill(k) => {
@@ -94,7 +109,7 @@ fuzz_target!(|input: Input| {
                     version += 1;
                     tree.insert(k, (version, len));
                 }
-                cache.fill(epoch, &key(k), &stale, |_| true);
+                cache.fill(epoch, &key(k), &stale, &lend);
             }
             Op::Write { key: k, len } => {
                 let k = k % KEYS;
@@ -105,5 +120,8 @@ fuzz_target!(|input: Input| {
             }
         }
         cache.check_invariants();
+        let status = cache.status();
+        assert_eq!(status.allocated_bytes, granted.get() as u64, "loans");
+        assert!(status.bytes_used <= status.allocated_bytes, "{status:?}");
     }
 });
