@@ -11,15 +11,15 @@
 //! and decompressed 63% fewer blocks (docs/design.md, "Record cache").
 //!
 //! Gets look here first; a miss reads the tree and fills the cache. Scans
-//! never use it.
+//! never use it. Eviction is FIFO with reinsertion (a CLOCK, see
+//! [`Shard`]); once a shard is full, admission is TinyLFU's (a fill only
+//! if its key was read more often lately than the record it would evict).
 //!
 //! **Memory.** The budget is taken from the tree's buffer pool a shard at a
 //! time, as fills first reach each shard ([`RecordCache::fill`] lends it
 //! with `BufferPool::lend_bytes`): until gets fill the cache, the pool has
 //! the whole budget (a bulk load that makes no gets loses nothing to it).
-//! A shard, once allocated, keeps its memory while the cache lives. Eviction is FIFO with reinsertion (a CLOCK, see
-//! [`Shard`]); once a shard is full, admission is TinyLFU's (a fill only
-//! if its key was read more often lately than the record it would evict).
+//! A shard, once allocated, keeps its memory while the cache lives.
 //!
 //! **Consistency.** The cache never serves a value that a get could not
 //! have read from the tree at that moment. Every write of the tree (under
@@ -383,14 +383,12 @@ impl RecordCache {
             return;
         }
         let hash = key_hash(key);
-        if !self
-            .shard(hash)
-            .lock()
-            .admit(hash, Header::record_len(key.len(), value.len()))
-        {
-            return;
-        }
-        if self.shard(hash).lock().ring.is_empty() && !self.allocate(hash, lend) {
+        let (admitted, allocated) = {
+            let mut shard = self.shard(hash).lock();
+            let admitted = shard.admit(hash, Header::record_len(key.len(), value.len()));
+            (admitted, !shard.ring.is_empty())
+        };
+        if !admitted || !allocated && !self.allocate(hash, lend) {
             return;
         }
         // Compressed outside the shard's lock.

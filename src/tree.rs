@@ -120,7 +120,9 @@ impl Tree {
                     .pool()
                     .lend_bytes(bytes)
                     .unwrap_or_else(|e| {
-                        tracing::warn!(
+                        // Counted in `allocations_refused`; a pool whose
+                        // pages are all pinned would otherwise log per get.
+                        tracing::debug!(
                             "record cache of {}: no memory from the pool: {e}",
                             self.slot.name
                         );

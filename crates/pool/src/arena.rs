@@ -227,24 +227,21 @@ impl ChunkAllocator {
 
     /// Returns a frame's chunk.
     pub(crate) fn free_frame(&mut self, chunk: u32) {
-        assert_eq!(
-            self.uses[chunk as usize],
-            ChunkUse::Frame,
-            "freeing chunk {chunk} that is no frame"
-        );
-        self.uses[chunk as usize] = ChunkUse::Free;
+        self.leave_frame(chunk, ChunkUse::Free);
         self.free_chunks.push(chunk);
     }
 
     /// Lends a chunk just taken for a frame out of the budget, for good.
     pub(crate) fn lend(&mut self, chunk: u32) {
-        assert_eq!(
-            self.uses[chunk as usize],
-            ChunkUse::Frame,
-            "lending chunk {chunk} that is no frame"
-        );
-        self.uses[chunk as usize] = ChunkUse::Lent;
+        self.leave_frame(chunk, ChunkUse::Lent);
         self.lent_chunk_count += 1;
+    }
+
+    /// Turns a frame's chunk into `next` (free or lent).
+    fn leave_frame(&mut self, chunk: u32, next: ChunkUse) {
+        let chunk_use = &mut self.uses[chunk as usize];
+        assert_eq!(*chunk_use, ChunkUse::Frame, "chunk {chunk} is no frame");
+        *chunk_use = next;
     }
 
     /// Chunks lent out of the budget.
