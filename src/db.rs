@@ -36,8 +36,9 @@
 //! when a write finds that a write like it would lack room an eighth of the
 //! ring from now (so that the next ones do not wait for a checkpoint of
 //! their own: in `profile_rows batch` the slowest of its 100 batches took 9
-//! to 45 ms instead of 79 to 204, the phase as a whole the same), and at
-//! close.
+//! to 45 ms instead of 79 to 204, the phase as a whole the same), when the
+//! log has been idle for `Options::idle_checkpoint` (then the log's ring is
+//! given back, as at close), and at close.
 //!
 //! # Recovery
 //!
@@ -94,6 +95,11 @@ const ROOT_PAGE_ID: PageId = PageId(1);
 
 /// How often the background thread looks at the log's fill level.
 const BACKGROUND_TICK: Duration = Duration::from_millis(50);
+
+/// An idle checkpoint runs only once the log has taken at least this share
+/// of the ring (1/32: 4 MiB of the default 128 MiB) since the ring was made
+/// or last given back ([`Wal::ring_taken_bytes`]).
+const IDLE_CHECKPOINT_SHARE: u64 = 32;
 
 /// Requests a pool keeps in flight per batch (read-ahead, flushing): the
 /// file layer's default ring depth.
@@ -1321,11 +1327,15 @@ impl DbInner {
 }
 
 /// The background thread: syncs the log under `NoSync`, runs checkpoints
-/// on schedule, when half the log is in use, or when a write asks for one
-/// ([`DbInner::checkpoint_wanted`]).
+/// on schedule, when half the log is in use, when a write asks for one
+/// ([`DbInner::checkpoint_wanted`]), or when the log has been idle
+/// (`Options::idle_checkpoint`; that one then gives the ring back).
 fn background(db: Weak<DbInner>) {
     let mut last_checkpoint = Instant::now();
     let mut last_log_flush = Instant::now();
+    // The log's end as last seen, and since when it has not moved.
+    let mut log_end = Lsn(0);
+    let mut log_end_since = Instant::now();
     loop {
         let Some(db) = db.upgrade() else { return };
         {
@@ -1349,12 +1359,32 @@ fn background(db: Weak<DbInner>) {
                 db.fail(&e);
             }
         }
-        let half_full = db.wal.used_bytes() * 2 > db.wal.ring_bytes();
+        let used = db.wal.used_bytes();
+        let half_full = used * 2 > db.wal.ring_bytes();
         let wanted = db.checkpoint_wanted.swap(false, Ordering::Relaxed);
-        if half_full || wanted || last_checkpoint.elapsed() >= db.options.checkpoint_interval {
+        let end = db.wal.next_lsn();
+        if end != log_end {
+            (log_end, log_end_since) = (end, Instant::now());
+        }
+        let idle = db.options.idle_checkpoint.is_some_and(|after| {
+            log_end_since.elapsed() >= after
+                && db.wal.ring_taken_bytes() >= db.wal.ring_bytes() / IDLE_CHECKPOINT_SHARE
+        });
+        if half_full
+            || wanted
+            || idle
+            || last_checkpoint.elapsed() >= db.options.checkpoint_interval
+        {
             last_checkpoint = Instant::now();
             if let Err(e) = db.checkpoint() {
                 tracing::warn!("background checkpoint failed: {e}");
+            } else if idle {
+                // Still idle, the log is empty after the checkpoint: give
+                // its ring back, as a close does.
+                match db.wal.restart_ring() {
+                    Ok(restarted) => tracing::debug!(restarted, "idle checkpoint"),
+                    Err(e) => db.fail(&e),
+                }
             }
             // Asked for while it ran: the room it made answers that.
             db.checkpoint_wanted.store(false, Ordering::Relaxed);

@@ -154,6 +154,7 @@ pub struct Options {
     pub(crate) group_commit_window: Duration,
     pub(crate) log_flush_interval: Duration,
     pub(crate) checkpoint_interval: Duration,
+    pub(crate) idle_checkpoint: Option<Duration>,
     pub(crate) log_bytes: u64,
     pub(crate) device_latency: Duration,
     pub(crate) default_tree: TreeOptions,
@@ -177,6 +178,7 @@ impl Default for Options {
             group_commit_window: Duration::from_micros(200),
             log_flush_interval: /* InnoDB's flush_log_at_trx_commit=2 */ Duration::from_secs(1),
             checkpoint_interval: Duration::from_secs(10),
+            idle_checkpoint: Some(Duration::from_secs(1)),
             log_bytes: /* 128 MiB */ 128 << 20,
             device_latency: Duration::ZERO,
             default_tree: TreeOptions::default(),
@@ -310,6 +312,19 @@ impl Options {
     #[must_use]
     pub fn checkpoint_interval(mut self, interval: Duration) -> Self {
         self.checkpoint_interval = interval;
+        self
+    }
+
+    /// How long the log must go without an append before the background
+    /// thread checkpoints, once the log has taken at least 1/32 of its ring
+    /// since the ring was made or last given back; if nothing was written meanwhile, it then gives the ring's space
+    /// back to the file system, as a close does (`wal.log` keeps its two
+    /// slots). An idle database so keeps a short log on disk, and reopens
+    /// after a crash without replaying it. Seen at the background thread's
+    /// 50 ms ticks. `None` turns it off. Default = 1 s.
+    #[must_use]
+    pub fn idle_checkpoint(mut self, after: Option<Duration>) -> Self {
+        self.idle_checkpoint = after;
         self
     }
 

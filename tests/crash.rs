@@ -45,12 +45,18 @@ const CYCLES_DEFAULT: u64 = 50;
 const KEY_SPACE: u64 = 5000;
 /// The child compacts its tree after this many writes.
 const COMPACT_EVERY: u64 = 400;
+/// The child pauses for [`IDLE_PAUSE`] after this many writes, long enough
+/// for an idle checkpoint (`Options::idle_checkpoint`), which may give the
+/// log ring back while the kill comes.
+const IDLE_EVERY: u64 = 150;
+const IDLE_PAUSE: Duration = Duration::from_millis(120);
 
 fn options() -> barracuda::Options {
     Db::options()
         .buffer_pool_bytes(1 << 20)
         .log_bytes(4 << 20)
         .checkpoint_interval(Duration::from_millis(30))
+        .idle_checkpoint(Some(Duration::from_millis(10)))
         .durability(Durability::Sync)
 }
 
@@ -102,7 +108,19 @@ fn crash_child() {
     let mut out = stdout.lock();
     // The test harness printed "test crash_child ... " without a newline.
     writeln!(out).unwrap();
+    let mut checkpoint_lsn = db.log_stats().checkpoint_lsn;
     for step in 0.. {
+        if step % IDLE_EVERY == IDLE_EVERY - 1 {
+            std::thread::sleep(IDLE_PAUSE);
+            let stats = db.log_stats();
+            // A restarted ring's checkpoint starts a lap.
+            if stats.checkpoint_lsn != checkpoint_lsn
+                && stats.checkpoint_lsn.is_multiple_of(stats.ring_bytes)
+            {
+                writeln!(out, "ring restarted").unwrap();
+            }
+            checkpoint_lsn = stats.checkpoint_lsn;
+        }
         if step % COMPACT_EVERY == COMPACT_EVERY - 1 {
             // Changes no entry: the model is unaffected, whenever the kill.
             writeln!(out, "compacting").unwrap();
@@ -207,21 +225,31 @@ fn chunk_child(dir: &Path, seed: u64) {
 
 /// One cycle: run the child for a random time, kill it, return the
 /// acknowledged operations applied to `model` and the key in flight.
+/// What the kill cycles of [`sigkill_loses_no_acknowledged_write`] saw.
+#[derive(Default)]
+struct Counts {
+    acknowledged: usize,
+    /// Kills that came inside a compaction.
+    killed_compacting: usize,
+    /// Log rings the child's idle checkpoints gave back.
+    ring_restarts: usize,
+}
+
 fn run_child(
     dir: &Path,
     seed: u64,
     run: Duration,
     model: &mut BTreeMap<u64, Vec<u8>>,
-    acknowledged: &mut usize,
     output: &mut Vec<String>,
-    killed_compacting: &mut usize,
+    counts: &mut Counts,
 ) -> Option<u64> {
     *output = kill_child(dir, seed, run, None);
     let mut in_flight = None;
     let last_compaction = output.iter().rev().find(|line| line.starts_with("compact"));
     if last_compaction.is_some_and(|line| line == "compacting") {
-        *killed_compacting += 1;
+        counts.killed_compacting += 1;
     }
+    counts.ring_restarts += output.iter().filter(|l| *l == "ring restarted").count();
     for line in output.iter() {
         let parts: Vec<&str> = line.split(' ').collect();
         match parts.as_slice() {
@@ -229,12 +257,12 @@ fn run_child(
             ["put", i, step] => {
                 model.insert(i.parse().unwrap(), value(seed, step.parse().unwrap()));
                 in_flight = None;
-                *acknowledged += 1;
+                counts.acknowledged += 1;
             }
             ["del", i] => {
                 model.remove(&i.parse::<u64>().unwrap());
                 in_flight = None;
-                *acknowledged += 1;
+                counts.acknowledged += 1;
             }
             _ => {} // The test harness's own output, or a line cut by the kill.
         }
@@ -500,8 +528,7 @@ fn sigkill_loses_no_acknowledged_write() {
     let mut rng = SmallRng::seed_from_u64(0xC4A5);
     let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     let started = Instant::now();
-    let mut acknowledged_total = 0usize;
-    let mut killed_compacting = 0usize;
+    let mut counts = Counts::default();
     for cycle in 0..cycles {
         let run = Duration::from_millis(rng.random_range(30..400));
         let previous = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -517,9 +544,8 @@ fn sigkill_loses_no_acknowledged_write() {
             cycle + 1,
             run,
             &mut model,
-            &mut acknowledged_total,
             &mut last_output,
-            &mut killed_compacting,
+            &mut counts,
         );
         let db = options().open(dir.path()).unwrap();
         db.check()
@@ -601,11 +627,22 @@ fn sigkill_loses_no_acknowledged_write() {
     // About a quarter of the kills land inside a compaction (21 of 80 in
     // one run): with 50 cycles, none at all would mean the test lost its
     // point.
+    // Likewise for the idle checkpoints that give the ring back.
     if cycles >= CYCLES_DEFAULT {
-        assert!(killed_compacting > 0, "no kill landed inside a compaction");
+        assert!(
+            counts.killed_compacting > 0,
+            "no kill landed inside a compaction"
+        );
+        assert!(
+            counts.ring_restarts > 0,
+            "no idle checkpoint gave the ring back"
+        );
     }
     eprintln!(
-        "{cycles} SIGKILL cycles ({killed_compacting} inside a compaction), {acknowledged_total} acknowledged writes, all present; {} keys at the end, {:.1} s",
+        "{cycles} SIGKILL cycles ({} inside a compaction, {} rings given back when idle), {} acknowledged writes, all present; {} keys at the end, {:.1} s",
+        counts.killed_compacting,
+        counts.ring_restarts,
+        counts.acknowledged,
         model.len(),
         started.elapsed().as_secs_f64()
     );

@@ -608,3 +608,71 @@ fn a_fresh_log_ring_is_written_ahead_of_the_log() {
         db.close().unwrap();
     }
 }
+
+/// An idle database checkpoints and gives its log ring back
+/// (`Options::idle_checkpoint`): `wal.log` shrinks to its slots, the writes
+/// after it go on in a new lap, and a crash then loses none of them. With
+/// the option off the ring stays.
+#[test]
+fn an_idle_database_gives_its_log_ring_back() {
+    let dir = tempdir();
+    let log = dir.path().join(barracuda::LOG_FILE_NAME);
+    let log_len = || std::fs::metadata(&log).unwrap().len();
+    // More than 1/32 of the 16 MiB ring (`small`), synced.
+    let fill = |tree: &barracuda::Tree, db: &Db, keys: std::ops::Range<u64>| {
+        for i in keys {
+            tree.put(&key(i), &[i as u8; 1000]).unwrap();
+        }
+        db.sync().unwrap();
+    };
+    let idle = std::time::Duration::from_millis(100);
+    let wait_for_shrink = |from: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while log_len() >= from && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        log_len()
+    };
+
+    // Off: the log stays as written.
+    let db = small().idle_checkpoint(None).open(dir.path()).unwrap();
+    let tree = db.tree("t").unwrap();
+    fill(&tree, &db, 0..1_000);
+    let written = log_len();
+    assert!(written > 1 << 20, "{written} bytes of log");
+    std::thread::sleep(4 * idle);
+    assert_eq!(
+        log_len(),
+        written,
+        "the ring was given back with the option off"
+    );
+    db.close().unwrap();
+
+    // On: idle for 100 ms, the ring is given back.
+    let db = small()
+        .idle_checkpoint(Some(idle))
+        .open(dir.path())
+        .unwrap();
+    let tree = db.tree("t").unwrap();
+    fill(&tree, &db, 1_000..2_000);
+    let written = log_len();
+    assert!(written > 1 << 20, "{written} bytes of log");
+    let idle_len = wait_for_shrink(written);
+    assert!(idle_len <= 8192, "{idle_len} bytes of log after idling");
+    let stats = db.log_stats();
+    assert_eq!(stats.checkpoint_lsn % stats.ring_bytes, 0, "{stats:?}");
+    // The next writes start the new lap; a crash keeps all of them.
+    fill(&tree, &db, 2_000..2_100);
+    db.halt();
+    let db = small().open(dir.path()).unwrap();
+    let tree = db.tree("t").unwrap();
+    assert_eq!(tree.len().unwrap(), 2_100);
+    for i in [0, 999, 1_000, 1_999, 2_000, 2_099] {
+        assert_eq!(
+            tree.get(&key(i)).unwrap().as_deref(),
+            Some(&[i as u8; 1000][..]),
+            "key {i}"
+        );
+    }
+    db.check().unwrap();
+}

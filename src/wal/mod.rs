@@ -663,6 +663,19 @@ impl Wal {
         state.next_lsn() - state.checkpoint.lsn.0
     }
 
+    /// Bytes of the ring the log has taken since the ring was made or
+    /// last restarted ([`Wal::restart_ring`]): what the file holds of it,
+    /// the zeros written ahead aside; the whole ring once a lap is done.
+    pub fn ring_taken_bytes(&self) -> u64 {
+        let state = self.state.lock();
+        match state.unwritten {
+            Some(u) => state
+                .next_lsn()
+                .saturating_sub(u.until_lsn - self.layout.ring_bytes),
+            None => self.layout.ring_bytes,
+        }
+    }
+
     /// Size of the ring.
     pub fn ring_bytes(&self) -> u64 {
         self.layout.ring_bytes
