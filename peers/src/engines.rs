@@ -64,6 +64,8 @@ pub struct Setup {
     /// Barracuda only: the part of `cache_bytes` its record cache may take
     /// from the pool as gets fill it (`Options::record_cache_bytes`).
     pub barracuda_record_cache_bytes: usize,
+    /// Barracuda only: `Options::idle_checkpoint`.
+    pub barracuda_idle_checkpoint: Option<std::time::Duration>,
     /// LMDB only: `MDB_NORDAHEAD`, its documented setting for random reads
     /// of a database larger than memory (workload 2). With the kernel's
     /// 128 KiB read-ahead on every fault of its map, LMDB read 166 GB from
@@ -123,6 +125,7 @@ impl BarracudaEngine {
             .flush_method(setup.barracuda_flush)
             .buffer_pool_bytes(setup.cache_bytes)
             .record_cache_bytes(setup.barracuda_record_cache_bytes)
+            .idle_checkpoint(setup.barracuda_idle_checkpoint)
             .durability(barracuda::Durability::Sync)
             .open(&setup.dir)
             .context("barracuda open")?;

@@ -161,6 +161,13 @@ struct Args {
     /// the ring (a file of its full size) counts in them.
     #[arg(long, default_value_t = 128)]
     barracuda_w1_log_mib: u64,
+    /// Barracuda's idle checkpoint (`Options::idle_checkpoint`): ms without
+    /// a log append before it runs and gives the log's ring back; 0 turns
+    /// it off. 1000 is its default. Workload 1 has no such pause; with 50
+    /// it runs during the reads, and its size after the removals counts
+    /// only the removals' log (docs/benchmarks.md, session 18).
+    #[arg(long, default_value_t = 1000)]
+    barracuda_idle_checkpoint_ms: u64,
     /// Workload 1: Barracuda's page size, KiB.
     #[arg(long, default_value_t = 16)]
     barracuda_w1_page_kib: usize,
@@ -467,6 +474,8 @@ fn spawn_child(
             &args.barracuda_w1_log_mib.to_string(),
             "--barracuda-w1-page-kib",
             &args.barracuda_w1_page_kib.to_string(),
+            "--barracuda-idle-checkpoint-ms",
+            &args.barracuda_idle_checkpoint_ms.to_string(),
         ])
         .arg("--barracuda-codec")
         .arg(format!("{:?}", args.barracuda_codec).to_lowercase())
@@ -503,6 +512,12 @@ fn spawn_child(
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
+/// `--barracuda-idle-checkpoint-ms` as `Options::idle_checkpoint`.
+fn idle_checkpoint(args: &Args) -> Option<std::time::Duration> {
+    (args.barracuda_idle_checkpoint_ms > 0)
+        .then(|| std::time::Duration::from_millis(args.barracuda_idle_checkpoint_ms))
+}
+
 fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
     // First, before the workload allocates anything.
     if let Some(procs) = args.cgroup_procs.as_deref() {
@@ -529,6 +544,7 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             barracuda_io: barracuda::io::Backend::Auto,
             barracuda_flush: barracuda::io::FlushMethod::ODirect,
             barracuda_record_cache_bytes: 0,
+            barracuda_idle_checkpoint: idle_checkpoint(args),
             lmdb_no_read_ahead: false,
         };
         let pairs = (DEFAULT_PAIRS * args.scale) as usize;
@@ -566,6 +582,7 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
                 W2Flush::Fsync => barracuda::io::FlushMethod::Fsync,
             },
             barracuda_record_cache_bytes: args.barracuda_record_cache_mib << 20,
+            barracuda_idle_checkpoint: idle_checkpoint(args),
             lmdb_no_read_ahead: true,
         };
         let pair_bytes = workloads::KEY_BYTES + workloads::LARGE_VALUE_BYTES;
