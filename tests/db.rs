@@ -660,6 +660,7 @@ fn an_idle_database_gives_its_log_ring_back() {
     let idle_len = wait_for_shrink(written);
     assert!(idle_len <= 8192, "{idle_len} bytes of log after idling");
     let stats = db.log_stats();
+    assert_eq!(stats.ring_restarts, 1, "{stats:?}");
     assert_eq!(stats.checkpoint_lsn % stats.ring_bytes, 0, "{stats:?}");
     // The next writes start the new lap; a crash keeps all of them.
     fill(&tree, &db, 2_000..2_100);

@@ -132,6 +132,9 @@ pub struct WalStats {
     pub checkpoint_lsn: u64,
     /// Size of the ring.
     pub ring_bytes: u64,
+    /// Times the ring was given back since open ([`Wal::restart_ring`]:
+    /// after a compaction, when the database idles, at close).
+    pub ring_restarts: u64,
 }
 
 /// Where things live in the log file.
@@ -776,6 +779,7 @@ impl Wal {
         });
         state.stats.durable_lsn = lsn;
         state.stats.checkpoint_lsn = lsn;
+        state.stats.ring_restarts += 1;
         state.checkpoint = next;
         self.durable_lsn.store(lsn, Ordering::Release);
         Ok(true)
