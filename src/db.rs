@@ -1379,9 +1379,14 @@ fn background(db: Weak<DbInner>) {
             if let Err(e) = db.checkpoint() {
                 tracing::warn!("background checkpoint failed: {e}");
             } else if idle {
-                // Still idle, the log is empty after the checkpoint: give
-                // its ring back, as a close does.
-                match db.wal.restart_ring() {
+                // If nothing was logged since the checkpoint, give the
+                // ring back, as a close does; the write mutex keeps appends
+                // out meanwhile (a few ms: a slot, a truncation, a sync).
+                let restarted = {
+                    let _writes = db.write.lock();
+                    db.wal.restart_ring()
+                };
+                match restarted {
                     Ok(restarted) => tracing::debug!(restarted, "idle checkpoint"),
                     Err(e) => db.fail(&e),
                 }
