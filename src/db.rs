@@ -1333,9 +1333,12 @@ impl DbInner {
 fn background(db: Weak<DbInner>) {
     let mut last_checkpoint = Instant::now();
     let mut last_log_flush = Instant::now();
-    // The log's end as last seen, and since when it has not moved.
+    // The log's end as last seen, since when it has not moved, and whether
+    // this idle spell had its checkpoint (one per spell, whatever came of
+    // the restart).
     let mut log_end = Lsn(0);
     let mut log_end_since = Instant::now();
+    let mut idle_done = false;
     loop {
         let Some(db) = db.upgrade() else { return };
         {
@@ -1364,12 +1367,14 @@ fn background(db: Weak<DbInner>) {
         let wanted = db.checkpoint_wanted.swap(false, Ordering::Relaxed);
         let end = db.wal.next_lsn();
         if end != log_end {
-            (log_end, log_end_since) = (end, Instant::now());
+            (log_end, log_end_since, idle_done) = (end, Instant::now(), false);
         }
-        let idle = db.options.idle_checkpoint.is_some_and(|after| {
-            log_end_since.elapsed() >= after
-                && db.wal.ring_taken_bytes() >= db.wal.ring_bytes() / IDLE_CHECKPOINT_SHARE
-        });
+        let idle = !idle_done
+            && db.options.idle_checkpoint.is_some_and(|after| {
+                log_end_since.elapsed() >= after
+                    && db.wal.ring_taken_bytes() >= db.wal.ring_bytes() / IDLE_CHECKPOINT_SHARE
+            });
+        idle_done |= idle;
         if half_full
             || wanted
             || idle

@@ -316,12 +316,13 @@ impl Options {
     }
 
     /// How long the log must go without an append before the background
-    /// thread checkpoints, once the log has taken at least 1/32 of its ring
-    /// since the ring was made or last given back; if nothing was written meanwhile, it then gives the ring's space
-    /// back to the file system, as a close does (`wal.log` keeps its two
-    /// slots). An idle database so keeps a short log on disk, and reopens
-    /// after a crash without replaying it. Seen at the background thread's
-    /// 50 ms ticks. `None` turns it off. Default = 1 s.
+    /// thread checkpoints (once per idle spell, and only once the log has
+    /// taken at least 1/32 of its ring since the ring was made or last given
+    /// back); if nothing was written meanwhile, it then gives the ring's
+    /// space back to the file system, as a close does (`wal.log` keeps its
+    /// two slots). An idle database so keeps a short log on disk, and
+    /// reopens after a crash without replaying it. Seen at the background
+    /// thread's 50 ms ticks. `None` turns it off. Default = 1 s.
     #[must_use]
     pub fn idle_checkpoint(mut self, after: Option<Duration>) -> Self {
         self.idle_checkpoint = after;
