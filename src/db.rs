@@ -355,6 +355,9 @@ pub struct RecoveryStats {
     /// Logged changes skipped because the page's block in the data file
     /// already held them (it was written after them).
     pub changes_skipped: u64,
+    /// Of the changes applied, the pages rebuilt from their own records by
+    /// a logged recipe (a split's, a merge's or a compaction's).
+    pub rebuilds_applied: u64,
 }
 
 /// An embedded key-value store: named B+trees over compressed pages. See the
@@ -792,29 +795,70 @@ fn replay(
                 let Some((pool, _)) = pools.get(&tree_id) else {
                     continue;
                 };
-                let mut guard = pool.fix_exclusive(page_id)?;
-                let after = *replayed
-                    .entry((tree_id, page_id))
-                    .or_insert_with(|| barracuda_codec::header_lsn(guard.page()));
-                if group.end_lsn <= after {
-                    // The data file's block was written after this change.
-                    stats.changes_skipped += 1;
+                replay_change(pool, tree_id, page_id, group, replayed, stats, |guard| {
+                    for (offset, bytes) in patches {
+                        guard.write(offset as usize, bytes)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            RedoEntry::Rebuild { page_id, recipe } => {
+                let (tree_id, page_id) = split_logged_page_id(page_id);
+                let Some((pool, _)) = pools.get(&tree_id) else {
                     continue;
-                }
-                stats.changes_applied += 1;
-                for (offset, bytes) in patches {
-                    guard.write(offset as usize, bytes)?;
-                }
-                if guard.commit(group.end_lsn)? == CommitOutcome::DoesNotFit {
-                    return Err(Error::LogCorrupted {
-                        lsn: group.lsn,
-                        reason: "a logged change no longer fits its page's block",
-                    });
-                }
+                };
+                let applied =
+                    replay_change(pool, tree_id, page_id, group, replayed, stats, |guard| {
+                        let image = barracuda_btree::recipe::build(guard.page(), recipe).map_err(
+                            |reason| Error::LogCorrupted {
+                                lsn: group.lsn,
+                                reason,
+                            },
+                        )?;
+                        for (start, end) in barracuda_btree::store::diff_runs(guard.page(), &image)
+                        {
+                            guard.write(start, &image[start..end])?;
+                        }
+                        Ok(())
+                    })?;
+                stats.rebuilds_applied += u64::from(applied);
             }
         }
     }
     Ok(())
+}
+
+/// Replays one change of a group (patches or a rebuild, which `change`
+/// writes into the page) onto page `page_id` of tree `tree_id`, unless the
+/// data file's block holds it already (see [`replay`]). Returns whether it
+/// applied the change.
+fn replay_change(
+    pool: &BufferPool,
+    tree_id: u16,
+    page_id: PageId,
+    group: &LoggedGroup,
+    replayed: &mut HashMap<(u16, PageId), Lsn>,
+    stats: &mut RecoveryStats,
+    change: impl FnOnce(&mut barracuda_pool::ExclusiveGuard<'_>) -> Result<()>,
+) -> Result<bool> {
+    let mut guard = pool.fix_exclusive(page_id)?;
+    let after = *replayed
+        .entry((tree_id, page_id))
+        .or_insert_with(|| barracuda_codec::header_lsn(guard.page()));
+    if group.end_lsn <= after {
+        // The data file's block was written after this change.
+        stats.changes_skipped += 1;
+        return Ok(false);
+    }
+    stats.changes_applied += 1;
+    change(&mut guard)?;
+    if guard.commit(group.end_lsn)? == CommitOutcome::DoesNotFit {
+        return Err(Error::LogCorrupted {
+            lsn: group.lsn,
+            reason: "a logged change no longer fits its page's block",
+        });
+    }
+    Ok(true)
 }
 
 impl DbInner {
@@ -1180,6 +1224,10 @@ impl DbInner {
                     continue;
                 }
                 let logged = logged_page_id(tree.entry.id, page.page_id);
+                if let Some(recipe) = op.recipe(page) {
+                    group.rebuild(logged, recipe);
+                    continue;
+                }
                 for (offset, bytes) in op.patches(page) {
                     group.patch(logged, offset, bytes);
                 }

@@ -101,12 +101,14 @@ fn verify(
 }
 
 /// Also checks that the runs exercised what keeps them safe: torn pages
-/// restored from the doublewrite areas, and logged changes skipped because
-/// the data file's block already held them.
+/// restored from the doublewrite areas, logged changes skipped because
+/// the data file's block already held them, and pages rebuilt by logged
+/// recipes (splits, merges, compactions).
 #[test]
 fn power_loss_keeps_every_synced_write() {
     let mut restored = 0;
     let mut skipped = 0;
+    let mut rebuilds = 0;
     for seed in 0..12u64 {
         let dir = tempdir();
         let mut model = BTreeMap::new();
@@ -136,6 +138,7 @@ fn power_loss_keeps_every_synced_write() {
             let recovery = verify(dir.path(), &model, Some(&pending));
             restored += recovery.pages_restored;
             skipped += recovery.changes_skipped;
+            rebuilds += recovery.rebuilds_applied;
             let reopened = options().open(dir.path()).unwrap();
             reopened.tree("t").unwrap().delete(&pending).unwrap();
             reopened.close().unwrap();
@@ -146,7 +149,8 @@ fn power_loss_keeps_every_synced_write() {
     }
     assert!(restored > 0, "no torn page was restored");
     assert!(skipped > 0, "no logged change was skipped");
-    eprintln!("{restored} pages restored, {skipped} changes skipped");
+    assert!(rebuilds > 0, "no logged rebuild was replayed");
+    eprintln!("{restored} pages restored, {skipped} changes skipped, {rebuilds} rebuilds replayed");
 }
 
 /// A batch too large for one log group spans several; when a power loss

@@ -23,7 +23,8 @@
 //! Version 1 slots (no flags, the payload at 40), version 2 slots (bit 0
 //! meant "cut off at a clean close": a growing ring of which the file holds
 //! nothing), version 3 slots (logs that image pages) and version 4 slots
-//! (logs without zero-fill patches) are still read.
+//! (logs without zero-fill patches) and version 5 slots (logs without
+//! rebuild entries) are still read.
 
 use barracuda_codec::Lsn;
 
@@ -41,8 +42,12 @@ pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"BRCK");
 /// changes a block already holds. A version 3 build would apply them again,
 /// so it must refuse the slot. Version 5 (same layout) means the log may
 /// hold zero-fill patches (see `record.rs`), which a version 4 build would
-/// read as damage.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 5;
+/// read as damage. Version 6 (same layout) means the log may hold rebuild
+/// entries (see `record.rs`), which a version 5 build would read as damage.
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 6;
+
+/// The version whose logs hold no rebuild entries (still read).
+const CHECKPOINT_V5: u32 = 5;
 
 /// The version whose logs hold no zero-fill patches (still read).
 const CHECKPOINT_V4: u32 = 4;
@@ -137,9 +142,11 @@ impl Checkpoint {
         }
         let (header_bytes, flags) = match u32_at(4) {
             1 => (CHECKPOINT_V1_HEADER_BYTES, 0),
-            CHECKPOINT_V2 | CHECKPOINT_V3 | CHECKPOINT_V4 | CHECKPOINT_FORMAT_VERSION => {
-                (CHECKPOINT_HEADER_BYTES, u32_at(40))
-            }
+            CHECKPOINT_V2
+            | CHECKPOINT_V3
+            | CHECKPOINT_V4
+            | CHECKPOINT_V5
+            | CHECKPOINT_FORMAT_VERSION => (CHECKPOINT_HEADER_BYTES, u32_at(40)),
             _ => return Err(corrupted("unknown format version")),
         };
         let payload_len = u32_at(32) as usize;
@@ -260,8 +267,8 @@ mod tests {
     }
 
     #[test]
-    fn version_3_and_4_slots_still_read() {
-        for version in [CHECKPOINT_V3, CHECKPOINT_V4] {
+    fn version_3_4_and_5_slots_still_read() {
+        for version in [CHECKPOINT_V3, CHECKPOINT_V4, CHECKPOINT_V5] {
             let mut slot = [0u8; 512];
             checkpoint(3).encode(&mut slot);
             slot[4..8].copy_from_slice(&version.to_le_bytes());

@@ -29,7 +29,8 @@
 //!
 //! ```text
 //!      0    8 page_id
-//!      8    1 kind             1 = patches, 2 = full block, 3 = sparse block
+//!      8    1 kind             1 = patches, 2 = full block, 3 = sparse block,
+//!                              4 = rebuild
 //!      9    3 reserved         zero
 //!     12    4 body_len_bytes
 //!     16    . body: patches are repeated (offset u32, len u32, bytes);
@@ -38,7 +39,10 @@
 //!               a full block is the block's bytes; a sparse block is
 //!               block_len u32, reserved u32, then segments encoded as
 //!               patches: the block's bytes with every run of at least
-//!               ZERO_RUN_BYTES_MIN zero bytes left out
+//!               ZERO_RUN_BYTES_MIN zero bytes left out; a rebuild is
+//!               the recipe of a page rebuilt from its own records
+//!               (`barracuda_btree::recipe`), which redo runs again on the
+//!               page as it finds it
 //! ```
 //!
 //! Images are written sparse. A compressed block's padding and an
@@ -49,6 +53,11 @@
 //! patch (the records a split moved out of its left page, a freed page)
 //! becomes a zero-fill patch of 8 bytes. Logs of checkpoint version 4 and
 //! older hold none.
+//!
+//! Rebuild entries replace the patches of a page rebuilt from its own
+//! records (a split's left page, a merge, a compaction): about half a page of
+//! moved records becomes three bytes per record. Logs of checkpoint version 5
+//! and older hold none.
 
 use std::borrow::Cow;
 
@@ -78,6 +87,7 @@ const KIND_FLUSH_START: u8 = 2;
 const ENTRY_PATCHES: u8 = 1;
 const ENTRY_FULL_BLOCK: u8 = 2;
 const ENTRY_SPARSE_BLOCK: u8 = 3;
+const ENTRY_REBUILD: u8 = 4;
 /// Bit 31 of a patch's length: a zero-fill patch, whose bytes are all zero
 /// and not stored. (A patch lies inside a page of at most 64 KiB.)
 const ZERO_FILL_FLAG: u32 = 1 << 31;
@@ -194,6 +204,15 @@ impl RedoGroup {
             body.extend_from_slice(&len.to_le_bytes());
             body.extend_from_slice(&block[segment]);
         });
+        self.finish_entry(start);
+        self.open_patches = None;
+    }
+
+    /// Records that `page_id` was rebuilt from its own records by `recipe`
+    /// (`barracuda_btree::recipe`), in place of the patches it made.
+    pub fn rebuild(&mut self, page_id: PageId, recipe: &[u8]) {
+        let start = self.begin_entry(page_id, ENTRY_REBUILD);
+        self.body.extend_from_slice(recipe);
         self.finish_entry(start);
         self.open_patches = None;
     }
@@ -371,6 +390,10 @@ impl LoggedGroup {
                 page_id,
                 block: Cow::Owned(sparse_block(body).map_err(|reason| self.corrupted(reason))?),
             },
+            ENTRY_REBUILD => RedoEntry::Rebuild {
+                page_id,
+                recipe: body,
+            },
             _ => return Err(self.corrupted("unknown entry kind")),
         };
         Ok((entry, rest))
@@ -490,6 +513,14 @@ pub enum RedoEntry<'a> {
         page_id: PageId,
         /// The patches.
         patches: Patches<'a>,
+    },
+    /// The page rebuilt from its own records, as `recipe` describes
+    /// (`barracuda_btree::recipe::build` on the page as redo finds it).
+    Rebuild {
+        /// The page changed.
+        page_id: PageId,
+        /// The recipe's bytes.
+        recipe: &'a [u8],
     },
     /// The page's whole image (compressed block with its modification log,
     /// or the uncompressed page). The database logs it *after* the group's

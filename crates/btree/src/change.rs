@@ -15,6 +15,9 @@ use std::ops::Deref;
 pub(crate) struct Scratch {
     page_id: PageId,
     bytes: Vec<u8>,
+    /// How the image was built from its page, while nothing else wrote to
+    /// it ([`crate::recipe`]).
+    recipe: Option<Vec<u8>>,
 }
 
 impl Scratch {
@@ -23,6 +26,7 @@ impl Scratch {
         Self {
             page_id,
             bytes: page.to_vec(),
+            recipe: None,
         }
     }
 
@@ -37,6 +41,22 @@ impl Scratch {
         Self {
             page_id: g.page_id(),
             bytes: page::rebuilt_image(g, layout, recs, order),
+            recipe: Some(crate::recipe::encode(
+                g,
+                layout,
+                recs,
+                page::GROUP_RECORDS_BUILD,
+                order,
+            )),
+        }
+    }
+
+    /// Writes the image into `g`, the page it was built from: as a rebuild
+    /// with its recipe if nothing wrote to it after the build.
+    pub(crate) fn write_into<G: PageWrite>(self, g: &mut G) {
+        match self.recipe {
+            Some(recipe) => g.write_rebuilt(&self.bytes, recipe),
+            None => g.write_diff(&self.bytes),
         }
     }
 
@@ -59,6 +79,7 @@ impl PageWrite for Scratch {
     }
 
     fn write(&mut self, offset: usize, bytes: &[u8]) {
+        self.recipe = None;
         self.bytes[offset..offset + bytes.len()].copy_from_slice(bytes);
     }
 

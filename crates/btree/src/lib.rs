@@ -71,6 +71,7 @@ pub mod cursor;
 mod error;
 pub mod page;
 pub mod pool_store;
+pub mod recipe;
 pub mod scan;
 pub mod store;
 mod tree;

@@ -43,7 +43,7 @@ const GROUP_RECORDS_SPLIT: usize = 4;
 const SMALL_BUF_BYTES: usize = 512;
 /// Records per group when a page is rebuilt, leaving room to grow before the
 /// next group split.
-const GROUP_RECORDS_BUILD: usize = 3;
+pub(crate) const GROUP_RECORDS_BUILD: usize = 3;
 /// Smallest page: 4 KiB, so that [`KEY_BYTES_MAX`] keys still fit several per
 /// internal page.
 pub const PAGE_SIZE_BYTES_MIN: usize = 4 * 1024;
@@ -709,7 +709,8 @@ impl Layout {
 /// and writes only the differing bytes. Keeps the page LSN.
 pub fn rebuild<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf], order: HeapOrder) {
     let image = build_image(&g[..], layout, recs, GROUP_RECORDS_BUILD, order);
-    g.write_diff(&image);
+    let recipe = crate::recipe::encode(&g[..], layout, recs, GROUP_RECORDS_BUILD, order);
+    g.write_rebuilt(&image, recipe);
 }
 
 /// How a rebuilt page lays out its heap.
@@ -736,10 +737,11 @@ pub fn rebuilt_image(old: &[u8], layout: &Layout, recs: &[RecBuf], order: HeapOr
 /// page is compacted in place (to make room, to restore, to absorb a child).
 pub fn compact<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf], order: HeapOrder) {
     let image = build_image(&g[..], layout, recs, GROUP_RECORDS_MAX, order);
-    g.write_diff(&image);
+    let recipe = crate::recipe::encode(&g[..], layout, recs, GROUP_RECORDS_MAX, order);
+    g.write_rebuilt(&image, recipe);
 }
 
-fn build_image(
+pub(crate) fn build_image(
     old: &[u8],
     layout: &Layout,
     recs: &[RecBuf],

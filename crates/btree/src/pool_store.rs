@@ -228,9 +228,8 @@ impl PoolStore {
         crate::page::check_page_size(pool.config().page_size_bytes)?;
         let store = Self::with_mode(pool, mode, 1);
         {
-            let mut guard = PoolExclusive {
-                inner: store.pool.create(META_PAGE_ID).map_err(pool_error)?,
-            };
+            let mut guard =
+                PoolExclusive::new(store.pool.create(META_PAGE_ID).map_err(pool_error)?);
             op.allocated.push(META_PAGE_ID);
             let meta = Meta {
                 next_page_id: 1,
@@ -416,9 +415,19 @@ fn pool_error(source: barracuda_pool::PoolError) -> Error {
 /// `OpContext` bookkeeping.
 pub struct PoolExclusive<'a> {
     inner: ExclusiveGuard<'a>,
+    /// The recipe of the rebuild that made every pending patch, if one did
+    /// ([`PageWrite::write_rebuilt`]): the commit logs it instead of them.
+    recipe: Option<Vec<u8>>,
 }
 
-impl PoolExclusive<'_> {
+impl<'a> PoolExclusive<'a> {
+    fn new(inner: ExclusiveGuard<'a>) -> Self {
+        Self {
+            inner,
+            recipe: None,
+        }
+    }
+
     /// Commits within `op`; a page the store itself rewrote (meta, free or
     /// zeroed page) that does not fit is an error, not a split.
     fn commit_or_unfit(&mut self, op: &mut OpContext) -> Result<()> {
@@ -454,7 +463,14 @@ impl PageWrite for PoolExclusive<'_> {
         self.inner.page_id()
     }
 
+    fn write_rebuilt(&mut self, image: &[u8], recipe: Vec<u8>) {
+        self.rebuild_logged(image, recipe);
+    }
+
     fn write(&mut self, offset: usize, bytes: &[u8]) {
+        // A write besides the rebuild's: the recipe no longer tells the
+        // whole change.
+        self.recipe = None;
         if let Err(e) = self.inner.write(offset, bytes) {
             panic!(
                 "tree bug: rejected write of {} bytes at {offset}: {e}",
@@ -464,12 +480,16 @@ impl PageWrite for PoolExclusive<'_> {
     }
 
     fn commit(&mut self, op: &mut OpContext) -> Fit {
+        let recipe = self.recipe.take();
         if self.inner.pending_patch_count() == 0 {
             return Fit::Fits;
         }
         // Recorded before the commit, which may roll the page back; taken
         // back out if it does.
-        op.commit_page(self.inner.page_id(), self.inner.pending_patches());
+        match recipe {
+            Some(recipe) => op.commit_page_rebuilt(self.inner.page_id(), &recipe),
+            None => op.commit_page(self.inner.page_id(), self.inner.pending_patches()),
+        }
         match self.inner.commit_pending_lsn() {
             Ok(CommitOutcome::Fits) => Fit::Fits,
             Ok(CommitOutcome::DoesNotFit) => {
@@ -482,6 +502,35 @@ impl PageWrite for PoolExclusive<'_> {
         }
     }
 }
+
+impl PoolExclusive<'_> {
+    /// [`PageWrite::write_rebuilt`]: keeps the recipe for the commit when
+    /// the rebuild is the page's only pending change, the recipe rebuilds
+    /// exactly `image` from the page as it is now (what redo will find),
+    /// and it is shorter than the patches.
+    fn rebuild_logged(&mut self, image: &[u8], recipe: Vec<u8>) {
+        assert_eq!(image.len(), self.len(), "image size must equal page size");
+        let alone = self.inner.pending_patch_count() == 0;
+        let runs = crate::store::diff_runs(self, image);
+        let patch_bytes: usize = runs
+            .iter()
+            .map(|(start, end)| end - start + PATCH_HEADER_BYTES)
+            .sum();
+        let logged = alone
+            && recipe.len() < patch_bytes
+            && crate::recipe::build(self, &recipe).is_ok_and(|built| built == image);
+        for (start, end) in runs {
+            self.write(start, &image[start..end]);
+        }
+        if logged && self.inner.pending_patch_count() > 0 {
+            self.recipe = Some(recipe);
+        }
+    }
+}
+
+/// Bytes a patch costs in the log besides its own (offset and length), to
+/// weigh a recipe against the patches it replaces.
+const PATCH_HEADER_BYTES: usize = 8;
 
 impl Drop for PoolExclusive<'_> {
     fn drop(&mut self) {
@@ -524,7 +573,7 @@ impl PageStore for PoolStore {
 
     fn fix_exclusive(&self, page_id: PageId) -> Result<PoolExclusive<'_>> {
         let inner = self.pool.fix_exclusive(page_id).map_err(pool_error)?;
-        Ok(PoolExclusive { inner })
+        Ok(PoolExclusive::new(inner))
     }
 
     fn allocate(&self, op: &mut OpContext) -> Result<PoolExclusive<'_>> {
@@ -532,9 +581,7 @@ impl PageStore for PoolStore {
         let mut meta = Meta::read(&meta_guard)?;
         let guard = if meta.free_head == NO_PAGE {
             let page_id = PageId(meta.next_page_id);
-            let mut guard = PoolExclusive {
-                inner: self.pool.create(page_id).map_err(pool_error)?,
-            };
+            let mut guard = PoolExclusive::new(self.pool.create(page_id).map_err(pool_error)?);
             meta.next_page_id += 1;
             meta.write(&mut meta_guard);
             meta_guard.commit_or_unfit(op)?;

@@ -66,6 +66,9 @@ pub struct PagePatches {
     pub page_id: PageId,
     /// Its patches: a range of the operation's patch list.
     patches: Range<usize>,
+    /// Or, instead of patches, the rebuild recipe that made the change: a
+    /// range of the operation's recipe bytes.
+    recipe: Option<Range<usize>>,
 }
 
 impl PagePatches {
@@ -117,6 +120,9 @@ pub struct OpContext {
     /// The patches' bytes, one after the other: one buffer for the whole
     /// operation (a batch of writes commits thousands of patches).
     patch_bytes: Vec<u8>,
+    /// The rebuild recipes of commits made by one rebuild, one after the
+    /// other.
+    recipe_bytes: Vec<u8>,
 }
 
 impl OpContext {
@@ -144,11 +150,17 @@ impl OpContext {
                 ..*p
             }));
         self.patch_bytes.append(&mut other.patch_bytes);
-        self.pages
-            .extend(other.pages.into_iter().map(|page| PagePatches {
+        let recipe_base = self.recipe_bytes.len();
+        self.recipe_bytes.append(&mut other.recipe_bytes);
+        self.pages.extend(other.pages.into_iter().map(|page| {
+            PagePatches {
                 page_id: page.page_id,
                 patches: page.patches.start + list_base..page.patches.end + list_base,
-            }));
+                recipe: page
+                    .recipe
+                    .map(|r| r.start + recipe_base..r.end + recipe_base),
+            }
+        }));
         self.allocated.append(&mut other.allocated);
         self.freed.append(&mut other.freed);
     }
@@ -172,13 +184,37 @@ impl OpContext {
         self.pages.push(PagePatches {
             page_id,
             patches: first..self.patch_list.len(),
+            recipe: None,
         });
+    }
+
+    /// Records a commit of `page_id` whose change is the rebuild `recipe`
+    /// describes ([`crate::recipe`]): the log carries the recipe instead of
+    /// the patches.
+    pub fn commit_page_rebuilt(&mut self, page_id: PageId, recipe: &[u8]) {
+        let start = self.recipe_bytes.len();
+        self.recipe_bytes.extend_from_slice(recipe);
+        self.pages.push(PagePatches {
+            page_id,
+            patches: self.patch_list.len()..self.patch_list.len(),
+            recipe: Some(start..self.recipe_bytes.len()),
+        });
+    }
+
+    /// The rebuild recipe of one of this operation's commits, if it was
+    /// committed as one ([`Self::commit_page_rebuilt`]).
+    #[must_use]
+    pub fn recipe(&self, page: &PagePatches) -> Option<&[u8]> {
+        page.recipe.clone().map(|r| &self.recipe_bytes[r])
     }
 
     /// Takes back the last [`Self::commit_page`] (the store could not
     /// commit it after all).
     pub(crate) fn forget_last_commit(&mut self) {
         if let Some(page) = self.pages.pop() {
+            if let Some(recipe) = page.recipe {
+                self.recipe_bytes.truncate(recipe.start);
+            }
             if let Some(first) = self.patch_list.get(page.patches.start) {
                 self.patch_bytes.truncate(first.start);
             }
@@ -203,21 +239,25 @@ impl OpContext {
             .extend(self.pages.drain(..).map(|page| PagePatches {
                 page_id: page.page_id,
                 patches: 0..0,
+                recipe: None,
             }));
         logged.allocated.append(&mut self.allocated);
         logged.freed.append(&mut self.freed);
         self.patch_list.clear();
         self.patch_bytes.clear();
+        self.recipe_bytes.clear();
     }
 
-    /// The total number of patch bytes (payload only) in this operation.
+    /// The total number of patch bytes (payload only) in this operation,
+    /// and of its rebuild recipes.
     #[must_use]
     pub fn patch_bytes(&self) -> usize {
         self.pages
             .iter()
             .flat_map(|page| self.patch_list[page.patches.clone()].iter())
             .map(|p| p.len)
-            .sum()
+            .sum::<usize>()
+            + self.recipe_bytes.len()
     }
 }
 
@@ -243,6 +283,15 @@ pub trait PageWrite: Deref<Target = [u8]> {
         for (start, end) in diff_runs(self, image) {
             self.write(start, &image[start..end]);
         }
+    }
+
+    /// Writes `image`, a rebuild of this page that `recipe`
+    /// ([`crate::recipe`]) describes, as [`PageWrite::write_diff`] does. A
+    /// store that logs may log the recipe instead of the bytes; the default
+    /// ignores it.
+    fn write_rebuilt(&mut self, image: &[u8], recipe: Vec<u8>) {
+        let _ = recipe;
+        self.write_diff(image);
     }
 }
 

@@ -1672,7 +1672,7 @@ impl<S: PageStore> Tree<S> {
                     .find(|g| g.page_id() == id)
                     .ok_or_else(|| unreachable_err(id))?,
             };
-            g.write_diff(&image);
+            image.write_into(g);
             if !self.commit(g, op) {
                 // The store promised this commit would fit (`would_fit`);
                 // a store that breaks that promise breaks atomicity too.

@@ -1,0 +1,394 @@
+//! Rebuild recipes: a page rebuilt from its own records, logged by how it
+//! was built rather than by the bytes that changed.
+//!
+//! A split's left page keeps about half its records, compacted: nearly every
+//! kept record moves, so the byte difference from the old page is about half
+//! a page (8 KiB of a 16 KiB page). The same holds for a merge's, a
+//! redistribution's and a compaction's rebuilt pages. What made the image is
+//! small: the layout, and for each record either the offset where the old
+//! page holds it or, for a record the page did not hold, its bytes. Redo
+//! runs the same deterministic build ([`crate::page::rebuilt_image`]) on the
+//! page as recovery finds it, which is the page as it was when the rebuild
+//! ran (redo applies a page's changes in order onto the data file's block,
+//! which the doublewrite area keeps whole): the same image, to the byte.
+//! This is the page-level logical redo of ARIES ("physiological") and of
+//! InnoDB's `MLOG_LIST_END_DELETE` and `MLOG_PAGE_REORGANIZE`.
+//!
+//! Byte layout (integers little-endian):
+//!
+//! ```text
+//! offset size field
+//!      0    1 version          1 (RECIPE_VERSION)
+//!      1    1 page_type        PageType as u8
+//!      2    1 level
+//!      3    1 insert_flags
+//!      4    2 flags
+//!      6    2 last_insert      index in the records, 0xFFFF none
+//!      8    8 left             NO_PAGE none
+//!     16    8 right            NO_PAGE none
+//!     24    1 group_records    1..=GROUP_RECORDS_MAX
+//!     25    1 heap_order       0 kept, 1 key
+//!     26    2 record_count
+//!     28    . records, in key order, each:
+//!              tag u8 = 0: offset u16: the record the old page holds there
+//!              tag u8 = 1: old_offset u16 (0xFFFF none), flags u8,
+//!                          key_len u16, value_len u16, key, value
+//! ```
+
+use crate::page::{
+    self, GROUP_RECORDS_MAX, HeapOrder, Layout, NO_PAGE, PAGE_HEADER_BYTES, PageType,
+    RECORD_HEADER_BYTES, RecBuf, SLOT_BYTES,
+};
+use barracuda_codec::PageId;
+
+const RECIPE_VERSION: u8 = 1;
+const HEADER_BYTES: usize = 28;
+const TAG_AT: u8 = 0;
+const TAG_INLINE: u8 = 1;
+const NONE_U16: u16 = u16::MAX;
+
+/// The recipe of the image [`page::rebuilt_image`] (or a compaction) builds
+/// from `old` with these arguments. A record is named by its offset when
+/// `old` holds exactly it there, else carried whole.
+#[must_use]
+pub fn encode(
+    old: &[u8],
+    layout: &Layout,
+    recs: &[RecBuf],
+    group_records: usize,
+    order: HeapOrder,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + 3 * recs.len());
+    out.push(RECIPE_VERSION);
+    out.push(layout.page_type as u8);
+    out.push(layout.level);
+    out.push(layout.insert_flags);
+    out.extend_from_slice(&layout.flags.to_le_bytes());
+    out.extend_from_slice(&u16_or_none(layout.last_insert).to_le_bytes());
+    out.extend_from_slice(&layout.left.map_or(NO_PAGE, |p| p.0).to_le_bytes());
+    out.extend_from_slice(&layout.right.map_or(NO_PAGE, |p| p.0).to_le_bytes());
+    out.push(u8::try_from(group_records).expect("groups are small"));
+    out.push(match order {
+        HeapOrder::Kept => 0,
+        HeapOrder::Key => 1,
+    });
+    out.extend_from_slice(
+        &u16::try_from(recs.len())
+            .expect("a page holds fewer than 65536 records")
+            .to_le_bytes(),
+    );
+    for rec in recs {
+        let held = rec.old_offset.filter(|&off| holds(old, off, rec));
+        match held {
+            Some(off) => {
+                out.push(TAG_AT);
+                out.extend_from_slice(&(off as u16).to_le_bytes());
+            }
+            None => {
+                out.push(TAG_INLINE);
+                out.extend_from_slice(&u16_or_none(rec.old_offset).to_le_bytes());
+                out.push(rec.flags);
+                out.extend_from_slice(&(rec.key.len() as u16).to_le_bytes());
+                out.extend_from_slice(&(rec.value.len() as u16).to_le_bytes());
+                out.extend_from_slice(&rec.key);
+                out.extend_from_slice(&rec.value);
+            }
+        }
+    }
+    out
+}
+
+/// The image `recipe` builds from the page `old`: what [`encode`]'s
+/// arguments built, if `old` is the page it was encoded against. An error
+/// (a reason) if the recipe is malformed or names records `old` does not
+/// hold; never a panic.
+pub fn build(old: &[u8], recipe: &[u8]) -> Result<Vec<u8>, &'static str> {
+    let mut r = Reader { bytes: recipe };
+    if r.u8()? != RECIPE_VERSION {
+        return Err("unknown rebuild recipe version");
+    }
+    let page_type = match r.u8()? {
+        1 => PageType::Leaf,
+        2 => PageType::Internal,
+        _ => return Err("rebuild recipe of a page that is neither leaf nor internal"),
+    };
+    let level = r.u8()?;
+    let insert_flags = r.u8()?;
+    let flags = r.u16()?;
+    let last_insert = none_or(r.u16()?);
+    let left = link(r.u64()?);
+    let right = link(r.u64()?);
+    let group_records = usize::from(r.u8()?);
+    if !(1..=GROUP_RECORDS_MAX).contains(&group_records) {
+        return Err("rebuild recipe group size out of range");
+    }
+    let order = match r.u8()? {
+        0 => HeapOrder::Kept,
+        1 => HeapOrder::Key,
+        _ => return Err("unknown rebuild recipe heap order"),
+    };
+    let count = usize::from(r.u16()?);
+    let mut recs = Vec::with_capacity(count);
+    for _ in 0..count {
+        let rec = match r.u8()? {
+            TAG_AT => {
+                let off = usize::from(r.u16()?);
+                read_checked(old, off).ok_or("rebuild recipe names no record of the page")?
+            }
+            TAG_INLINE => {
+                let old_offset = none_or(r.u16()?);
+                let flags = r.u8()?;
+                let key_len = usize::from(r.u16()?);
+                let value_len = usize::from(r.u16()?);
+                RecBuf {
+                    key: r.take(key_len)?.to_vec(),
+                    flags,
+                    value: r.take(value_len)?.to_vec(),
+                    old_offset,
+                }
+            }
+            _ => return Err("unknown rebuild recipe record tag"),
+        };
+        recs.push(rec);
+    }
+    if !r.bytes.is_empty() {
+        return Err("bytes after a rebuild recipe's records");
+    }
+    if last_insert.is_some_and(|i| i >= recs.len()) {
+        return Err("rebuild recipe's last insert past its records");
+    }
+    let slots = recs.len().div_ceil(group_records);
+    let bytes =
+        PAGE_HEADER_BYTES + recs.iter().map(RecBuf::len).sum::<usize>() + SLOT_BYTES * slots;
+    if bytes > old.len() || old.len() < PAGE_HEADER_BYTES {
+        return Err("rebuild recipe overflows its page");
+    }
+    let layout = Layout {
+        page_type,
+        level,
+        flags,
+        left,
+        right,
+        last_insert,
+        insert_flags,
+    };
+    Ok(page::build_image(old, &layout, &recs, group_records, order))
+}
+
+/// Whether `p` holds exactly `rec` at `off` (without copying it out).
+fn holds(p: &[u8], off: usize, rec: &RecBuf) -> bool {
+    fits_at(p, off)
+        && page::rec_flags(p, off) == rec.flags
+        && page::rec_key(p, off) == rec.key.as_slice()
+        && page::rec_value(p, off) == rec.value.as_slice()
+}
+
+/// Whether a record's header and bytes at `off` lie inside `p` past the
+/// page header (bounds only: `p` may be any bytes).
+fn fits_at(p: &[u8], off: usize) -> bool {
+    let header_end = off + RECORD_HEADER_BYTES;
+    if off < PAGE_HEADER_BYTES || header_end > p.len() {
+        return false;
+    }
+    let key_len = usize::from(u16::from_le_bytes([p[off + 2], p[off + 3]]));
+    let value_len = usize::from(u16::from_le_bytes([p[off + 4], p[off + 5]]));
+    header_end + key_len + value_len <= p.len()
+}
+
+/// The record at `off` of `p`, if one fits there (bounds checked: `p` may
+/// be any bytes).
+fn read_checked(p: &[u8], off: usize) -> Option<RecBuf> {
+    fits_at(p, off).then(|| RecBuf::read(p, off))
+}
+
+fn u16_or_none(value: Option<usize>) -> u16 {
+    value.map_or(NONE_U16, |v| {
+        u16::try_from(v)
+            .ok()
+            .filter(|&v| v != NONE_U16)
+            .expect("in-page offsets and indexes are below 65535")
+    })
+}
+
+fn none_or(value: u16) -> Option<usize> {
+    (value != NONE_U16).then_some(usize::from(value))
+}
+
+fn link(raw: u64) -> Option<PageId> {
+    (raw != NO_PAGE).then_some(PageId(raw))
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> Result<&'a [u8], &'static str> {
+        if self.bytes.len() < len {
+            return Err("rebuild recipe ends early");
+        }
+        let (head, rest) = self.bytes.split_at(len);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, &'static str> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, &'static str> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, &'static str> {
+        let mut b = [0; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page::GROUP_RECORDS_BUILD;
+    use proptest::prelude::*;
+
+    const PAGE: usize = 16 * 1024;
+
+    /// A leaf (or internal page) of `count` records with keys `2i` (so
+    /// odd keys are free for new records) and values of `value_len`
+    /// bytes, in a heap order shuffled by `seed`.
+    fn page_of(count: usize, value_len: usize, internal: bool, seed: u64) -> Vec<u8> {
+        let recs: Vec<RecBuf> = (0..count)
+            .map(|i| RecBuf {
+                key: (2 * i as u32).to_be_bytes().to_vec(),
+                flags: 0,
+                value: vec![(i as u8).wrapping_mul(31); if internal { 8 } else { value_len }],
+                old_offset: Some((i * 7919 + seed as usize) % 1000),
+            })
+            .collect();
+        let layout = Layout {
+            page_type: if internal {
+                PageType::Internal
+            } else {
+                PageType::Leaf
+            },
+            level: u8::from(internal),
+            flags: 0,
+            left: Some(PageId(7)),
+            right: None,
+            last_insert: count.checked_sub(1),
+            insert_flags: 0,
+        };
+        let mut old = vec![0u8; PAGE];
+        old[..PAGE_HEADER_BYTES].fill(0xA5);
+        page::build_image(&old, &layout, &recs, GROUP_RECORDS_BUILD, HeapOrder::Kept)
+    }
+
+    proptest! {
+        /// Whatever a rebuild keeps, changes or adds, the recipe builds the
+        /// same image from the old page, and names kept records by offset.
+        #[test]
+        fn a_recipe_rebuilds_the_image_it_describes(
+            count in 1usize..60,
+            value_len in 0usize..150,
+            internal in any::<bool>(),
+            seed in any::<u64>(),
+            keep_from in 0usize..60,
+            keep_len in 0usize..60,
+            changed in proptest::collection::vec(any::<bool>(), 60),
+            added in 0usize..4,
+            group_records in 1usize..=GROUP_RECORDS_MAX,
+            key_order in any::<bool>(),
+            last in any::<bool>(),
+        ) {
+            let old = page_of(count, value_len, internal, seed);
+            let all = page::read_all(&old);
+            let start = keep_from.min(all.len());
+            let mut recs: Vec<RecBuf> = all[start..(start + keep_len).min(all.len())].to_vec();
+            for (rec, &change) in recs.iter_mut().zip(&changed) {
+                if change {
+                    // Same place, new value: carried whole.
+                    rec.value.push(1);
+                }
+            }
+            for i in 0..added.min(recs.len()) {
+                let mut key = recs[i].key.clone();
+                key.push(0xFF);
+                recs.insert(i + 1, RecBuf { key, flags: 0, value: vec![9; 8], old_offset: None });
+            }
+            let mut layout = page::layout_of(&old);
+            layout.right = Some(PageId(99));
+            layout.last_insert = (last && !recs.is_empty()).then(|| recs.len() - 1);
+            let order = if key_order { HeapOrder::Key } else { HeapOrder::Kept };
+            let image = page::build_image(&old, &layout, &recs, group_records, order);
+            let recipe = encode(&old, &layout, &recs, group_records, order);
+            prop_assert_eq!(build(&old, &recipe), Ok(image));
+            // Records kept as they were cost three bytes each.
+            if added == 0 && !changed.iter().take(recs.len()).any(|&c| c) {
+                prop_assert_eq!(recipe.len(), HEADER_BYTES + 3 * recs.len());
+            }
+        }
+
+        /// A recipe cut short or with any byte changed builds an image or
+        /// fails with a reason: it never panics (redo reads it from disk).
+        #[test]
+        fn a_damaged_recipe_is_an_error_not_a_panic(
+            count in 1usize..40,
+            cut in 0usize..400,
+            flip_at in 0usize..400,
+            flip in 1u8..=255,
+            junk in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let old = page_of(count, 100, false, 3);
+            let recs = page::read_all(&old);
+            let layout = page::layout_of(&old);
+            let recipe = encode(&old, &layout, &recs, GROUP_RECORDS_BUILD, HeapOrder::Kept);
+            let cut_recipe = &recipe[..cut.min(recipe.len().saturating_sub(1))];
+            prop_assert!(build(&old, cut_recipe).is_err());
+            let mut flipped = recipe.clone();
+            let at = flip_at % flipped.len();
+            flipped[at] ^= flip;
+            let _ = build(&old, &flipped);
+            let _ = build(&old, &junk);
+            let mut extended = recipe;
+            extended.extend_from_slice(&junk);
+            prop_assert_eq!(build(&old, &extended).is_err(), !junk.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_record_the_page_does_not_hold_there_is_carried_whole() {
+        let old = page_of(10, 50, false, 1);
+        let mut recs = page::read_all(&old);
+        let layout = page::layout_of(&old);
+        // Points at another record's offset: not what the page holds there.
+        recs[0].old_offset = recs[1].old_offset;
+        let recipe = encode(&old, &layout, &recs, GROUP_RECORDS_BUILD, HeapOrder::Kept);
+        assert_eq!(
+            recipe.len(),
+            HEADER_BYTES + 3 * 9 + 1 + 2 + 1 + 2 + 2 + recs[0].key.len() + recs[0].value.len()
+        );
+        let image = page::build_image(&old, &layout, &recs, GROUP_RECORDS_BUILD, HeapOrder::Kept);
+        assert_eq!(build(&old, &recipe), Ok(image));
+    }
+
+    #[test]
+    fn a_recipe_that_overflows_its_page_is_refused() {
+        let old = page_of(4, 50, false, 1);
+        let layout = page::layout_of(&old);
+        let big = RecBuf {
+            key: vec![1; 500],
+            flags: 0,
+            value: vec![2; 2000],
+            old_offset: None,
+        };
+        let recs = vec![big; 8];
+        let recipe = encode(&old, &layout, &recs, GROUP_RECORDS_BUILD, HeapOrder::Key);
+        assert_eq!(
+            build(&old, &recipe),
+            Err("rebuild recipe overflows its page")
+        );
+    }
+}
