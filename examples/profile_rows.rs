@@ -18,6 +18,9 @@
 //!   the peers adapter does (one atomic batch, synced);
 //! - `single`: 1,000 puts of new random pairs, each its own synced write,
 //!   then the tree's shape;
+//! - `ckpt`: the `batch` phase, then ranges as `limit` alone, beside a
+//!   checkpoint on another thread, and after it (ranges per ms each), then
+//!   the `batch` phase again and a checkpoint alone (its time);
 //! - `load`: nothing (the load alone).
 //!
 //! ```sh
@@ -144,44 +147,50 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             eprintln!("ranges after the removals: {:?}", ranges.elapsed());
         }
-        "batch" => {
-            // As the peers adapter commits workload 1's transactions: one
-            // atomic batch of 1,000 puts each, synced.
-            let mut times = Vec::new();
-            let mut syncs = Vec::new();
-            for _ in 0..100 {
-                let mut batch = WriteBatch::new();
-                for _ in 0..1_000 {
-                    let (mut key, mut value) = ([0; 24], [0; 150]);
-                    rng.fill_bytes(&mut key);
-                    rng.fill_bytes(&mut value);
-                    batch.put(&tree, &key, &value);
-                }
+        "batch" => batches(&db, &tree, &mut rng)?,
+        "ckpt" => {
+            // What a checkpoint after workload 1's writes and the reads
+            // beside it do to each other: ranges alone, ranges while a
+            // checkpoint runs on another thread, ranges after it; then the
+            // same writes again and a checkpoint alone.
+            batches(&db, &tree, &mut rng)?;
+            let ranges = |count: usize, sum: &mut u64| -> Result<f64, barracuda::Error> {
                 let t = Instant::now();
-                db.write_with(batch, Durability::NoSync)?;
-                let t2 = Instant::now();
-                db.sync()?;
-                times.push(t.elapsed());
-                syncs.push(t2.elapsed());
-            }
-            times.sort();
-            syncs.sort();
+                for key in keys.iter().cycle().take(count) {
+                    tree.scan_limit(key.as_slice().., 10, |_key, value| {
+                        *sum += u64::from(value[0]);
+                        true
+                    })?;
+                }
+                Ok(count as f64 / t.elapsed().as_secs_f64() / 1000.0)
+            };
+            let alone = ranges(RANGES / 4, &mut sum)?;
+            let done = std::sync::atomic::AtomicBool::new(false);
+            let (checkpoint, beside, count) = std::thread::scope(|s| {
+                let checkpointer = s.spawn(|| {
+                    let t = Instant::now();
+                    let result = db.checkpoint();
+                    done.store(true, std::sync::atomic::Ordering::Release);
+                    result.map(|()| t.elapsed())
+                });
+                let t = Instant::now();
+                let mut count = 0;
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    ranges(1_000, &mut sum)?;
+                    count += 1_000;
+                }
+                let rate = count as f64 / t.elapsed().as_secs_f64() / 1000.0;
+                let checkpoint = checkpointer.join().expect("checkpoint thread")?;
+                Ok::<_, barracuda::Error>((checkpoint, rate, count))
+            })?;
+            let after = ranges(RANGES / 4, &mut sum)?;
             eprintln!(
-                "sync times: min {:?} median {:?} p90 {:?} max {:?} sum {:?}",
-                syncs[0],
-                syncs[50],
-                syncs[90],
-                syncs[99],
-                syncs.iter().sum::<std::time::Duration>()
+                "ranges/ms: alone {alone:.1}, beside the checkpoint {beside:.1} ({count} ranges), after {after:.1}; checkpoint {checkpoint:?}"
             );
-            eprintln!(
-                "batch times: min {:?} median {:?} p90 {:?} max {:?} sum {:?}",
-                times[0],
-                times[50],
-                times[90],
-                times[99],
-                times.iter().sum::<std::time::Duration>()
-            );
+            batches(&db, &tree, &mut rng)?;
+            let t = Instant::now();
+            db.checkpoint()?;
+            eprintln!("checkpoint alone: {:?}", t.elapsed());
         }
         "single" => {
             for _ in 0..1_000 {
@@ -201,7 +210,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "load" => {}
         other => {
             return Err(format!(
-                "unknown phase {other:?}: get, into, range, scan, limit, rev, remove, batch or load"
+                "unknown phase {other:?}: get, into, range, scan, limit, rev, remove, batch, ckpt or load"
             )
             .into());
         }
@@ -209,5 +218,50 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("{phase}: {:?} (checksum {sum})", started.elapsed());
     eprintln!("{:?}", db.log_stats());
     db.close()?;
+    Ok(())
+}
+
+/// As the peers adapter commits workload 1's transactions: 100 atomic
+/// batches of 1,000 new random pairs, each synced.
+fn batches(
+    db: &Db,
+    tree: &barracuda::Tree,
+    rng: &mut SmallRng,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut times = Vec::new();
+    let mut syncs = Vec::new();
+    for _ in 0..100 {
+        let mut batch = WriteBatch::new();
+        for _ in 0..1_000 {
+            let (mut key, mut value) = ([0; 24], [0; 150]);
+            rng.fill_bytes(&mut key);
+            rng.fill_bytes(&mut value);
+            batch.put(tree, &key, &value);
+        }
+        let t = Instant::now();
+        db.write_with(batch, Durability::NoSync)?;
+        let t2 = Instant::now();
+        db.sync()?;
+        times.push(t.elapsed());
+        syncs.push(t2.elapsed());
+    }
+    times.sort();
+    syncs.sort();
+    eprintln!(
+        "sync times: min {:?} median {:?} p90 {:?} max {:?} sum {:?}",
+        syncs[0],
+        syncs[50],
+        syncs[90],
+        syncs[99],
+        syncs.iter().sum::<std::time::Duration>()
+    );
+    eprintln!(
+        "batch times: min {:?} median {:?} p90 {:?} max {:?} sum {:?}",
+        times[0],
+        times[50],
+        times[90],
+        times[99],
+        times.iter().sum::<std::time::Duration>()
+    );
     Ok(())
 }

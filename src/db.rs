@@ -358,6 +358,10 @@ pub struct RecoveryStats {
     /// Of the changes applied, the pages rebuilt from their own records by
     /// a logged recipe (a split's, a merge's or a compaction's).
     pub rebuilds_applied: u64,
+    /// Of the changes applied, the records inserted from a logged insert.
+    pub inserts_applied: u64,
+    /// Of the changes applied, the records removed by a logged delete.
+    pub deletes_applied: u64,
 }
 
 /// An embedded key-value store: named B+trees over compressed pages. See the
@@ -823,9 +827,48 @@ fn replay(
                     })?;
                 stats.rebuilds_applied += u64::from(applied);
             }
+            RedoEntry::Insert { page_id, record } => {
+                let applied = replay_writes(pools, page_id, group, replayed, stats, |page| {
+                    barracuda_btree::recipe::redo_insert(page, record)
+                })?;
+                stats.inserts_applied += u64::from(applied);
+            }
+            RedoEntry::Delete { page_id, key } => {
+                let applied = replay_writes(pools, page_id, group, replayed, stats, |page| {
+                    barracuda_btree::recipe::redo_delete(page, key)
+                })?;
+                stats.deletes_applied += u64::from(applied);
+            }
         }
     }
     Ok(())
+}
+
+/// Replays a logged insert or delete: `writes` answers the writes it makes
+/// on the page as redo finds it ([`replay_change`]). Returns whether it
+/// applied them.
+fn replay_writes(
+    pools: &HashMap<u16, (Arc<BufferPool>, Arc<dyn BlockFile>)>,
+    logged_page_id: PageId,
+    group: &LoggedGroup,
+    replayed: &mut HashMap<(u16, PageId), Lsn>,
+    stats: &mut RecoveryStats,
+    writes: impl FnOnce(&[u8]) -> std::result::Result<Vec<(usize, Vec<u8>)>, &'static str>,
+) -> Result<bool> {
+    let (tree_id, page_id) = split_logged_page_id(logged_page_id);
+    let Some((pool, _)) = pools.get(&tree_id) else {
+        return Ok(false);
+    };
+    replay_change(pool, tree_id, page_id, group, replayed, stats, |guard| {
+        let writes = writes(guard.page()).map_err(|reason| Error::LogCorrupted {
+            lsn: group.lsn,
+            reason,
+        })?;
+        for (offset, bytes) in writes {
+            guard.write(offset, &bytes)?;
+        }
+        Ok(())
+    })
 }
 
 /// Replays one change of a group (patches or a rebuild, which `change`
@@ -1224,8 +1267,8 @@ impl DbInner {
                     continue;
                 }
                 let logged = logged_page_id(tree.entry.id, page.page_id);
-                if let Some(recipe) = op.recipe(page) {
-                    group.rebuild(logged, recipe);
+                if let Some((kind, bytes)) = op.logical(page) {
+                    group.logical(logged, kind, bytes);
                     continue;
                 }
                 for (offset, bytes) in op.patches(page) {

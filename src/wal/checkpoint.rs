@@ -24,7 +24,7 @@
 //! meant "cut off at a clean close": a growing ring of which the file holds
 //! nothing), version 3 slots (logs that image pages) and version 4 slots
 //! (logs without zero-fill patches) and version 5 slots (logs without
-//! rebuild entries) are still read.
+//! logical entries) are still read.
 
 use barracuda_codec::Lsn;
 
@@ -42,11 +42,12 @@ pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"BRCK");
 /// changes a block already holds. A version 3 build would apply them again,
 /// so it must refuse the slot. Version 5 (same layout) means the log may
 /// hold zero-fill patches (see `record.rs`), which a version 4 build would
-/// read as damage. Version 6 (same layout) means the log may hold rebuild
-/// entries (see `record.rs`), which a version 5 build would read as damage.
+/// read as damage. Version 6 (same layout) means the log may hold logical
+/// entries (rebuild, insert, delete; see `record.rs`), which a version 5
+/// build would read as damage.
 pub const CHECKPOINT_FORMAT_VERSION: u32 = 6;
 
-/// The version whose logs hold no rebuild entries (still read).
+/// The version whose logs hold no logical entries (still read).
 const CHECKPOINT_V5: u32 = 5;
 
 /// The version whose logs hold no zero-fill patches (still read).

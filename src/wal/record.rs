@@ -30,7 +30,7 @@
 //! ```text
 //!      0    8 page_id
 //!      8    1 kind             1 = patches, 2 = full block, 3 = sparse block,
-//!                              4 = rebuild
+//!                              4 = rebuild, 5 = insert, 6 = delete
 //!      9    3 reserved         zero
 //!     12    4 body_len_bytes
 //!     16    . body: patches are repeated (offset u32, len u32, bytes);
@@ -42,7 +42,11 @@
 //!               ZERO_RUN_BYTES_MIN zero bytes left out; a rebuild is
 //!               the recipe of a page rebuilt from its own records
 //!               (`barracuda_btree::recipe`), which redo runs again on the
-//!               page as it finds it
+//!               page as it finds it; an insert is a record (flags u8,
+//!               key_len u16, value_len u16, key, value) that redo inserts
+//!               where the page's search puts it; a delete is the page's
+//!               flags after it (u16), key_len u16 and the key, which redo
+//!               removes where the page's search finds it
 //! ```
 //!
 //! Images are written sparse. A compressed block's padding and an
@@ -56,11 +60,15 @@
 //!
 //! Rebuild entries replace the patches of a page rebuilt from its own
 //! records (a split's left page, a merge, a compaction): about half a page of
-//! moved records becomes three bytes per record. Logs of checkpoint version 5
-//! and older hold none.
+//! moved records becomes three bytes per record. Insert entries replace the
+//! patches of a record inserted into a page (the record, its predecessor's
+//! link, its directory slot and the page header's counts): the record alone;
+//! delete entries, the key alone. Logs of checkpoint version 5 and older hold
+//! none of these.
 
 use std::borrow::Cow;
 
+use barracuda_btree::LogicalKind;
 use barracuda_codec::{Lsn, PageId};
 
 use crate::error::{Error, Result};
@@ -88,6 +96,8 @@ const ENTRY_PATCHES: u8 = 1;
 const ENTRY_FULL_BLOCK: u8 = 2;
 const ENTRY_SPARSE_BLOCK: u8 = 3;
 const ENTRY_REBUILD: u8 = 4;
+const ENTRY_INSERT: u8 = 5;
+const ENTRY_DELETE: u8 = 6;
 /// Bit 31 of a patch's length: a zero-fill patch, whose bytes are all zero
 /// and not stored. (A patch lies inside a page of at most 64 KiB.)
 const ZERO_FILL_FLAG: u32 = 1 << 31;
@@ -208,11 +218,16 @@ impl RedoGroup {
         self.open_patches = None;
     }
 
-    /// Records that `page_id` was rebuilt from its own records by `recipe`
-    /// (`barracuda_btree::recipe`), in place of the patches it made.
-    pub fn rebuild(&mut self, page_id: PageId, recipe: &[u8]) {
-        let start = self.begin_entry(page_id, ENTRY_REBUILD);
-        self.body.extend_from_slice(recipe);
+    /// Records a logical change of `page_id` (`barracuda_btree::recipe`),
+    /// in place of the patches it made.
+    pub fn logical(&mut self, page_id: PageId, kind: LogicalKind, bytes: &[u8]) {
+        let entry_kind = match kind {
+            LogicalKind::Rebuild => ENTRY_REBUILD,
+            LogicalKind::Insert => ENTRY_INSERT,
+            LogicalKind::Delete => ENTRY_DELETE,
+        };
+        let start = self.begin_entry(page_id, entry_kind);
+        self.body.extend_from_slice(bytes);
         self.finish_entry(start);
         self.open_patches = None;
     }
@@ -394,6 +409,11 @@ impl LoggedGroup {
                 page_id,
                 recipe: body,
             },
+            ENTRY_INSERT => RedoEntry::Insert {
+                page_id,
+                record: body,
+            },
+            ENTRY_DELETE => RedoEntry::Delete { page_id, key: body },
             _ => return Err(self.corrupted("unknown entry kind")),
         };
         Ok((entry, rest))
@@ -521,6 +541,22 @@ pub enum RedoEntry<'a> {
         page_id: PageId,
         /// The recipe's bytes.
         recipe: &'a [u8],
+    },
+    /// A record inserted where the page's search puts it
+    /// (`barracuda_btree::recipe::redo_insert`).
+    Insert {
+        /// The page changed.
+        page_id: PageId,
+        /// The logged record.
+        record: &'a [u8],
+    },
+    /// A record removed where the page's search finds its key, and the
+    /// page's flags set (`barracuda_btree::recipe::redo_delete`).
+    Delete {
+        /// The page changed.
+        page_id: PageId,
+        /// The logged key and flags.
+        key: &'a [u8],
     },
     /// The page's whole image (compressed block with its modification log,
     /// or the uncompressed page). The database logs it *after* the group's

@@ -83,5 +83,5 @@ pub use page::{
     KEY_BYTES_MAX, PAGE_HEADER_BYTES, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN, VALUE_BYTES_MAX,
 };
 pub use pool_store::{LsnCounter, LsnMode, META_PAGE_ID, PoolExclusive, PoolStore};
-pub use store::{Fit, MemStore, OpContext, PagePatches, PageStore, PageWrite};
+pub use store::{Fit, LogicalKind, MemStore, OpContext, PagePatches, PageStore, PageWrite};
 pub use tree::{PREFETCH_SAMPLE_KEYS, SplitCounts, SplitPolicy, Tree, TreeConfig};

@@ -887,6 +887,38 @@ fn make_room<G: PageWrite>(g: &mut G, len: usize) -> bool {
     true
 }
 
+/// [`insert`], where `pr` is what [`probe`] answers for `rec`'s key (or
+/// [`probe_in`], which answers the same): the guard may log the record
+/// instead of the bytes, and redo inserts it the same way
+/// ([`crate::recipe::redo_insert`]).
+pub fn insert_logged<G: PageWrite>(g: &mut G, pr: Probe, rec: RecRef<'_>) {
+    g.write_logged(crate::store::LogicalKind::Insert, &mut |g| {
+        insert(g, pr, rec);
+        crate::recipe::encode_insert(rec)
+    });
+}
+
+/// [`remove`] of the record `pr` found for `key` (as [`probe`] or
+/// [`probe_in`] finds it), then [`set_flags`] to what `flags` answers for
+/// the page after the removal: the guard may log the key and the flags
+/// instead of the bytes, and redo makes the same change
+/// ([`crate::recipe::redo_delete`]).
+pub fn remove_logged<G: PageWrite>(
+    g: &mut G,
+    pr: Probe,
+    key: &[u8],
+    flags: impl Fn(&[u8]) -> u16,
+) -> u16 {
+    let mut set = 0;
+    g.write_logged(crate::store::LogicalKind::Delete, &mut |g| {
+        remove(g, pr);
+        set = flags(g);
+        set_flags(g, set);
+        crate::recipe::encode_delete(key, set)
+    });
+    set
+}
+
 /// Inserts `rec` at the point `pr` found (which must be a miss). The caller
 /// checked [`has_room`]. Returns the new record's offset.
 pub fn insert<G: PageWrite>(g: &mut G, pr: Probe, rec: RecRef<'_>) -> usize {

@@ -41,7 +41,7 @@
 //!   holds the meta page while waiting for a tree page.
 
 use crate::error::{Error, Result};
-use crate::store::{Fit, OpContext, PageStore, PageWrite};
+use crate::store::{Fit, LogicalKind, OpContext, PageStore, PageWrite};
 use barracuda_codec::{Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
 use barracuda_pool::{Access, BufferPool, CommitOutcome, DurableLsn, ExclusiveGuard, SharedGuard};
 use parking_lot::Mutex;
@@ -415,16 +415,21 @@ fn pool_error(source: barracuda_pool::PoolError) -> Error {
 /// `OpContext` bookkeeping.
 pub struct PoolExclusive<'a> {
     inner: ExclusiveGuard<'a>,
-    /// The recipe of the rebuild that made every pending patch, if one did
-    /// ([`PageWrite::write_rebuilt`]): the commit logs it instead of them.
-    recipe: Option<Vec<u8>>,
+    /// The logical change that made every pending patch, if one did
+    /// ([`PageWrite::write_rebuilt`], [`PageWrite::write_logged`]): the
+    /// commit logs it instead of them.
+    logical: Option<(LogicalKind, Vec<u8>)>,
+    /// Inside [`PageWrite::write_logged`]: its writes are the logged
+    /// change's.
+    inserting: bool,
 }
 
 impl<'a> PoolExclusive<'a> {
     fn new(inner: ExclusiveGuard<'a>) -> Self {
         Self {
             inner,
-            recipe: None,
+            logical: None,
+            inserting: false,
         }
     }
 
@@ -467,10 +472,22 @@ impl PageWrite for PoolExclusive<'_> {
         self.rebuild_logged(image, recipe);
     }
 
+    fn write_logged(&mut self, kind: LogicalKind, change: &mut dyn FnMut(&mut Self) -> Vec<u8>) {
+        let alone = self.inner.pending_patch_count() == 0 && !self.inserting;
+        self.inserting = true;
+        let body = change(self);
+        self.inserting = false;
+        if alone && self.inner.pending_patch_count() > 0 {
+            self.logical = Some((kind, body));
+        }
+    }
+
     fn write(&mut self, offset: usize, bytes: &[u8]) {
-        // A write besides the rebuild's: the recipe no longer tells the
+        // A write besides the logical change's: it no longer tells the
         // whole change.
-        self.recipe = None;
+        if !self.inserting {
+            self.logical = None;
+        }
         if let Err(e) = self.inner.write(offset, bytes) {
             panic!(
                 "tree bug: rejected write of {} bytes at {offset}: {e}",
@@ -480,14 +497,14 @@ impl PageWrite for PoolExclusive<'_> {
     }
 
     fn commit(&mut self, op: &mut OpContext) -> Fit {
-        let recipe = self.recipe.take();
+        let logical = self.logical.take();
         if self.inner.pending_patch_count() == 0 {
             return Fit::Fits;
         }
         // Recorded before the commit, which may roll the page back; taken
         // back out if it does.
-        match recipe {
-            Some(recipe) => op.commit_page_rebuilt(self.inner.page_id(), &recipe),
+        match logical {
+            Some((kind, bytes)) => op.commit_page_logical(self.inner.page_id(), kind, &bytes),
             None => op.commit_page(self.inner.page_id(), self.inner.pending_patches()),
         }
         match self.inner.commit_pending_lsn() {
@@ -507,10 +524,11 @@ impl PoolExclusive<'_> {
     /// [`PageWrite::write_rebuilt`]: keeps the recipe for the commit when
     /// the rebuild is the page's only pending change, the recipe rebuilds
     /// exactly `image` from the page as it is now (what redo will find),
-    /// and it is shorter than the patches.
+    /// and it is shorter than the patches. Inside a logged change (an
+    /// insert may compact the page first) that change is what is logged.
     fn rebuild_logged(&mut self, image: &[u8], recipe: Vec<u8>) {
         assert_eq!(image.len(), self.len(), "image size must equal page size");
-        let alone = self.inner.pending_patch_count() == 0;
+        let alone = self.inner.pending_patch_count() == 0 && !self.inserting;
         let runs = crate::store::diff_runs(self, image);
         let patch_bytes: usize = runs
             .iter()
@@ -523,7 +541,7 @@ impl PoolExclusive<'_> {
             self.write(start, &image[start..end]);
         }
         if logged && self.inner.pending_patch_count() > 0 {
-            self.recipe = Some(recipe);
+            self.logical = Some((LogicalKind::Rebuild, recipe));
         }
     }
 }

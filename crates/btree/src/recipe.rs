@@ -35,10 +35,12 @@
 //!                          key_len u16, value_len u16, key, value
 //! ```
 
+use crate::change::Scratch;
 use crate::page::{
-    self, GROUP_RECORDS_MAX, HeapOrder, Layout, NO_PAGE, PAGE_HEADER_BYTES, PageType,
-    RECORD_HEADER_BYTES, RecBuf, SLOT_BYTES,
+    self, GROUP_RECORDS_MAX, HeapOrder, KEY_BYTES_MAX, Layout, NO_PAGE, PAGE_HEADER_BYTES,
+    PageType, RECORD_HEADER_BYTES, RecBuf, RecRef, SLOT_BYTES,
 };
+use crate::store::{OpContext, PageWrite};
 use barracuda_codec::PageId;
 
 const RECIPE_VERSION: u8 = 1;
@@ -173,6 +175,143 @@ pub fn build(old: &[u8], recipe: &[u8]) -> Result<Vec<u8>, &'static str> {
         insert_flags,
     };
     Ok(page::build_image(old, &layout, &recs, group_records, order))
+}
+
+/// The logged form of an insert of `rec` ([`crate::page::insert_logged`]):
+/// flags u8, key_len u16, value_len u16, key, value.
+#[must_use]
+pub fn encode_insert(rec: RecRef<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + rec.key.len() + rec.value.len());
+    out.push(rec.flags);
+    out.extend_from_slice(&(rec.key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(rec.value.len() as u16).to_le_bytes());
+    out.extend_from_slice(rec.key);
+    out.extend_from_slice(rec.value);
+    out
+}
+
+/// The writes (offset, bytes, in order) that the insert `body`
+/// ([`encode_insert`]) makes on the page `old`: the same search and the
+/// same insert as when it was logged, so the same bytes, in the same
+/// patches (a compressed block's modification log takes them as they
+/// came). An error (a reason) if the body is malformed, the key is on the
+/// page already, or the record does not fit; never a panic.
+pub fn redo_insert(old: &[u8], body: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, &'static str> {
+    let mut r = Reader { bytes: body };
+    let flags = r.u8()?;
+    let key_len = usize::from(r.u16()?);
+    let value_len = usize::from(r.u16()?);
+    let key = r.take(key_len)?;
+    let value = r.take(value_len)?;
+    if !r.bytes.is_empty() {
+        return Err("bytes after a logged insert's record");
+    }
+    if key_len > KEY_BYTES_MAX {
+        return Err("logged insert's key too long");
+    }
+    check_page_for_redo(old)?;
+    let rec = RecRef { key, flags, value };
+    let pr = page::probe(old, key);
+    if pr.found != 0 {
+        return Err("logged insert of a key the page holds");
+    }
+    if !page::has_room(old, rec.len(), old.len()) {
+        return Err("logged insert does not fit its page");
+    }
+    let mut recorder = Recorder {
+        page: Scratch::of(PageId(0), old),
+        writes: Vec::new(),
+    };
+    page::insert(&mut recorder, pr, rec);
+    Ok(recorder.writes)
+}
+
+/// The logged form of a delete of `key` that left the page's flags at
+/// `flags` ([`crate::page::remove_logged`]): flags u16, key_len u16, key.
+#[must_use]
+pub fn encode_delete(key: &[u8], flags: u16) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + key.len());
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(key);
+    out
+}
+
+/// The writes (offset, bytes, in order) that the delete `body`
+/// ([`encode_delete`]) makes on the page `old`, as [`redo_insert`] does for
+/// an insert. An error if the body is malformed or the page does not hold
+/// the key; never a panic.
+pub fn redo_delete(old: &[u8], body: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, &'static str> {
+    let mut r = Reader { bytes: body };
+    let flags = r.u16()?;
+    let key_len = usize::from(r.u16()?);
+    let key = r.take(key_len)?;
+    if !r.bytes.is_empty() {
+        return Err("bytes after a logged delete's key");
+    }
+    check_page_for_redo(old)?;
+    let pr = page::probe(old, key);
+    if pr.found == 0 {
+        return Err("logged delete of a key the page does not hold");
+    }
+    if !page::is_leaf(old) && pr.pred == 0 {
+        return Err("logged delete of an internal page's first record");
+    }
+    let mut recorder = Recorder {
+        page: Scratch::of(PageId(0), old),
+        writes: Vec::new(),
+    };
+    page::remove(&mut recorder, pr);
+    page::set_flags(&mut recorder, flags);
+    Ok(recorder.writes)
+}
+
+/// Whether redo may search and change `old` as a page of the tree: a leaf
+/// or internal page whose header, record chain and directory agree.
+fn check_page_for_redo(old: &[u8]) -> Result<(), &'static str> {
+    if old.len() < PAGE_HEADER_BYTES
+        || !matches!(
+            page::page_type(old),
+            Some(PageType::Leaf | PageType::Internal)
+        )
+    {
+        return Err("logged change of a page that is neither leaf nor internal");
+    }
+    let directory_fits = page::slot_count(old)
+        .checked_mul(SLOT_BYTES)
+        .is_some_and(|bytes| bytes + PAGE_HEADER_BYTES <= old.len());
+    if !directory_fits || crate::check::check_structure(old, PageId(0)).is_err() {
+        return Err("logged change of a damaged page");
+    }
+    Ok(())
+}
+
+/// A copy of a page that records the writes made to it.
+struct Recorder {
+    page: Scratch,
+    writes: Vec<(usize, Vec<u8>)>,
+}
+
+impl std::ops::Deref for Recorder {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.page
+    }
+}
+
+impl PageWrite for Recorder {
+    fn page_id(&self) -> PageId {
+        self.page.page_id()
+    }
+
+    fn write(&mut self, offset: usize, bytes: &[u8]) {
+        self.page.write(offset, bytes);
+        self.writes.push((offset, bytes.to_vec()));
+    }
+
+    fn commit(&mut self, _: &mut OpContext) -> crate::store::Fit {
+        crate::store::Fit::Fits
+    }
 }
 
 /// Whether `p` holds exactly `rec` at `off` (without copying it out).
@@ -355,6 +494,94 @@ mod tests {
             let mut extended = recipe;
             extended.extend_from_slice(&junk);
             prop_assert_eq!(build(&old, &extended).is_err(), !junk.is_empty());
+        }
+    }
+
+    proptest! {
+        /// Redo of a logged insert makes the insert's own writes, in order:
+        /// the page they give holds the record where a search finds it.
+        #[test]
+        fn a_logged_insert_redoes_the_same_writes(
+            count in 0usize..80,
+            value_len in 0usize..150,
+            internal in any::<bool>(),
+            seed in any::<u64>(),
+            at in 0usize..80,
+            new_len in 0usize..200,
+        ) {
+            let old = page_of(count, value_len, internal, seed);
+            // Odd keys are free: between two records, or past the last.
+            let key = (2 * at as u32 + 1).to_be_bytes();
+            let value = vec![0x5A; if internal { 8 } else { new_len }];
+            let rec = RecRef { key: &key, flags: 0, value: &value };
+            prop_assume!(page::has_room(&old, rec.len(), PAGE));
+            let mut direct = Recorder { page: Scratch::of(PageId(0), &old), writes: Vec::new() };
+            page::insert(&mut direct, page::probe(&old, &key), rec);
+            let writes = redo_insert(&old, &encode_insert(rec)).unwrap();
+            prop_assert_eq!(&writes, &direct.writes);
+            let mut page = old.clone();
+            for (offset, bytes) in &writes {
+                page[*offset..*offset + bytes.len()].copy_from_slice(bytes);
+            }
+            // (An internal page's first record keeps no key.)
+            if !internal {
+                let pr = page::probe(&page, &key);
+                prop_assert_ne!(pr.found, 0);
+                prop_assert_eq!(page::rec_value(&page, pr.found), value.as_slice());
+            }
+        }
+
+        /// Redo of a logged delete makes the delete's own writes, in order.
+        #[test]
+        fn a_logged_delete_redoes_the_same_writes(
+            count in 1usize..80,
+            value_len in 0usize..150,
+            seed in any::<u64>(),
+            at in 0usize..80,
+            flags in 0u16..2,
+        ) {
+            let old = page_of(count, value_len, false, seed);
+            let key = (2 * (at % count) as u32).to_be_bytes();
+            let mut direct = Recorder { page: Scratch::of(PageId(0), &old), writes: Vec::new() };
+            page::remove(&mut direct, page::probe(&old, &key));
+            page::set_flags(&mut direct, flags);
+            let writes = redo_delete(&old, &encode_delete(&key, flags)).unwrap();
+            prop_assert_eq!(&writes, &direct.writes);
+            let mut page = old.clone();
+            for (offset, bytes) in &writes {
+                page[*offset..*offset + bytes.len()].copy_from_slice(bytes);
+            }
+            prop_assert_eq!(page::probe(&page, &key).found, 0);
+            prop_assert_eq!(page::record_count(&page), count - 1);
+            // A second redo finds nothing to remove.
+            prop_assert!(redo_delete(&page, &encode_delete(&key, flags)).is_err());
+        }
+
+        /// A logged insert that is damaged, of a key the page holds, or
+        /// into a damaged page is an error, never a panic.
+        #[test]
+        fn a_damaged_insert_is_an_error_not_a_panic(
+            count in 1usize..40,
+            junk in proptest::collection::vec(any::<u8>(), 0..64),
+            flips in proptest::collection::vec((0usize..PAGE, any::<u8>()), 0..8),
+        ) {
+            let old = page_of(count, 100, false, 5);
+            let _ = redo_insert(&old, &junk);
+            let held = page::read_all(&old)[0].clone();
+            let again = encode_insert(held.borrowed());
+            prop_assert_eq!(
+                redo_insert(&old, &again),
+                Err("logged insert of a key the page holds")
+            );
+            let fresh = encode_insert(RecRef { key: b"\x00\x00\x00\x01", flags: 0, value: b"v" });
+            prop_assert!(redo_insert(&old, &fresh[..fresh.len() - 1]).is_err());
+            let mut damaged = old.clone();
+            for (at, byte) in flips {
+                damaged[at] ^= byte;
+            }
+            let _ = redo_insert(&damaged, &fresh);
+            let _ = redo_delete(&damaged, &encode_delete(&held.key, 0));
+            let _ = redo_delete(&old, &junk);
         }
     }
 

@@ -66,9 +66,24 @@ pub struct PagePatches {
     pub page_id: PageId,
     /// Its patches: a range of the operation's patch list.
     patches: Range<usize>,
-    /// Or, instead of patches, the rebuild recipe that made the change: a
-    /// range of the operation's recipe bytes.
-    recipe: Option<Range<usize>>,
+    /// Or, instead of patches, the logical change that made them (see
+    /// [`crate::recipe`]): its kind and a range of the operation's logical
+    /// bytes.
+    logical: Option<(LogicalKind, Range<usize>)>,
+}
+
+/// A change logged by what it did rather than by its bytes (see
+/// [`crate::recipe`]); redo runs it again on the page as it finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogicalKind {
+    /// The page rebuilt from its own records ([`crate::recipe::encode`]).
+    Rebuild,
+    /// A record inserted where the page's search puts it
+    /// ([`crate::recipe::encode_insert`]).
+    Insert,
+    /// A record removed where the page's search finds it, and the page's
+    /// flags set ([`crate::recipe::encode_delete`]).
+    Delete,
 }
 
 impl PagePatches {
@@ -120,9 +135,8 @@ pub struct OpContext {
     /// The patches' bytes, one after the other: one buffer for the whole
     /// operation (a batch of writes commits thousands of patches).
     patch_bytes: Vec<u8>,
-    /// The rebuild recipes of commits made by one rebuild, one after the
-    /// other.
-    recipe_bytes: Vec<u8>,
+    /// The logical changes of commits logged as one, one after the other.
+    logical_bytes: Vec<u8>,
 }
 
 impl OpContext {
@@ -150,15 +164,15 @@ impl OpContext {
                 ..*p
             }));
         self.patch_bytes.append(&mut other.patch_bytes);
-        let recipe_base = self.recipe_bytes.len();
-        self.recipe_bytes.append(&mut other.recipe_bytes);
+        let logical_base = self.logical_bytes.len();
+        self.logical_bytes.append(&mut other.logical_bytes);
         self.pages.extend(other.pages.into_iter().map(|page| {
             PagePatches {
                 page_id: page.page_id,
                 patches: page.patches.start + list_base..page.patches.end + list_base,
-                recipe: page
-                    .recipe
-                    .map(|r| r.start + recipe_base..r.end + recipe_base),
+                logical: page
+                    .logical
+                    .map(|(kind, r)| (kind, r.start + logical_base..r.end + logical_base)),
             }
         }));
         self.allocated.append(&mut other.allocated);
@@ -184,36 +198,38 @@ impl OpContext {
         self.pages.push(PagePatches {
             page_id,
             patches: first..self.patch_list.len(),
-            recipe: None,
+            logical: None,
         });
     }
 
-    /// Records a commit of `page_id` whose change is the rebuild `recipe`
-    /// describes ([`crate::recipe`]): the log carries the recipe instead of
-    /// the patches.
-    pub fn commit_page_rebuilt(&mut self, page_id: PageId, recipe: &[u8]) {
-        let start = self.recipe_bytes.len();
-        self.recipe_bytes.extend_from_slice(recipe);
+    /// Records a commit of `page_id` whose whole change is the logical
+    /// change `bytes` of `kind` ([`crate::recipe`]): the log carries it
+    /// instead of the patches.
+    pub fn commit_page_logical(&mut self, page_id: PageId, kind: LogicalKind, bytes: &[u8]) {
+        let start = self.logical_bytes.len();
+        self.logical_bytes.extend_from_slice(bytes);
         self.pages.push(PagePatches {
             page_id,
             patches: self.patch_list.len()..self.patch_list.len(),
-            recipe: Some(start..self.recipe_bytes.len()),
+            logical: Some((kind, start..self.logical_bytes.len())),
         });
     }
 
-    /// The rebuild recipe of one of this operation's commits, if it was
-    /// committed as one ([`Self::commit_page_rebuilt`]).
+    /// The logical change of one of this operation's commits, if it was
+    /// committed as one ([`Self::commit_page_logical`]).
     #[must_use]
-    pub fn recipe(&self, page: &PagePatches) -> Option<&[u8]> {
-        page.recipe.clone().map(|r| &self.recipe_bytes[r])
+    pub fn logical(&self, page: &PagePatches) -> Option<(LogicalKind, &[u8])> {
+        page.logical
+            .clone()
+            .map(|(kind, r)| (kind, &self.logical_bytes[r]))
     }
 
     /// Takes back the last [`Self::commit_page`] (the store could not
     /// commit it after all).
     pub(crate) fn forget_last_commit(&mut self) {
         if let Some(page) = self.pages.pop() {
-            if let Some(recipe) = page.recipe {
-                self.recipe_bytes.truncate(recipe.start);
+            if let Some((_, logical)) = page.logical {
+                self.logical_bytes.truncate(logical.start);
             }
             if let Some(first) = self.patch_list.get(page.patches.start) {
                 self.patch_bytes.truncate(first.start);
@@ -239,17 +255,17 @@ impl OpContext {
             .extend(self.pages.drain(..).map(|page| PagePatches {
                 page_id: page.page_id,
                 patches: 0..0,
-                recipe: None,
+                logical: None,
             }));
         logged.allocated.append(&mut self.allocated);
         logged.freed.append(&mut self.freed);
         self.patch_list.clear();
         self.patch_bytes.clear();
-        self.recipe_bytes.clear();
+        self.logical_bytes.clear();
     }
 
     /// The total number of patch bytes (payload only) in this operation,
-    /// and of its rebuild recipes.
+    /// and of its logical changes.
     #[must_use]
     pub fn patch_bytes(&self) -> usize {
         self.pages
@@ -257,7 +273,7 @@ impl OpContext {
             .flat_map(|page| self.patch_list[page.patches.clone()].iter())
             .map(|p| p.len)
             .sum::<usize>()
-            + self.recipe_bytes.len()
+            + self.logical_bytes.len()
     }
 }
 
@@ -292,6 +308,18 @@ pub trait PageWrite: Deref<Target = [u8]> {
     fn write_rebuilt(&mut self, image: &[u8], recipe: Vec<u8>) {
         let _ = recipe;
         self.write_diff(image);
+    }
+
+    /// Runs `change`, a change of `kind` that redo can make again from its
+    /// logged form, which `change` returns ([`crate::recipe::encode_insert`],
+    /// [`crate::recipe::encode_delete`]). A store that logs may log that
+    /// instead of the bytes; the default ignores it.
+    fn write_logged(&mut self, kind: LogicalKind, change: &mut dyn FnMut(&mut Self) -> Vec<u8>)
+    where
+        Self: Sized,
+    {
+        let _ = kind;
+        change(self);
     }
 }
 

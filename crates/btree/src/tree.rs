@@ -981,7 +981,7 @@ impl<S: PageStore> Tree<S> {
                 if !page::has_room(leaf, rec.len(), limit) {
                     return Ok(LeafOutcome::Full);
                 }
-                page::insert(leaf, pr, rec);
+                page::insert_logged(leaf, pr, rec);
             }
         }
         self.mark_if_sparse(leaf);
@@ -1736,13 +1736,13 @@ impl<S: PageStore> Tree<S> {
             let root = leaf.page_id() == self.root;
             if root || stays_full || (hint.right_in_parent && self.stays_unmerged(&leaf, len)?) {
                 let chain = overflow_chain(&leaf, pr.found);
-                page::remove(&mut leaf, pr);
-                let f = if root || stays_full {
-                    page::flags(&leaf) & !FLAG_GROWING
-                } else {
-                    page::flags(&leaf) | FLAG_GROWING
-                };
-                page::set_flags(&mut leaf, f);
+                page::remove_logged(&mut leaf, pr, key, |p| {
+                    if root || stays_full {
+                        page::flags(p) & !FLAG_GROWING
+                    } else {
+                        page::flags(p) | FLAG_GROWING
+                    }
+                });
                 if self.commit(&mut leaf, op) {
                     self.free_chain_of(op, chain)?;
                     return Ok(true);
@@ -1843,17 +1843,17 @@ impl<S: PageStore> Tree<S> {
             return Ok(Attempt::Done(false));
         }
         let chain = overflow_chain(leaf, pr.found);
-        page::remove(leaf, pr);
         // A page left underfull is marked in the same commit, so that a
         // rebalance that cannot be made leaves a valid tree behind.
-        let underfull =
-            leaf.page_id() != self.root && page::used_bytes(leaf) < self.threshold_bytes();
-        let flags = if underfull {
-            page::flags(leaf) | FLAG_GROWING
-        } else {
-            page::flags(leaf) & !FLAG_GROWING
-        };
-        page::set_flags(leaf, flags);
+        let root = leaf.page_id() == self.root;
+        let threshold = self.threshold_bytes();
+        let flags = page::remove_logged(leaf, pr, key, |p| {
+            if !root && page::used_bytes(p) < threshold {
+                page::flags(p) | FLAG_GROWING
+            } else {
+                page::flags(p) & !FLAG_GROWING
+            }
+        });
         if !self.commit(leaf, op) {
             // Removing a record can make the page compress worse, or meet a
             // full modification log: rebuild it compactly, which drops the

@@ -1,14 +1,13 @@
-//! Rebuilt pages are logged by their recipe, not their bytes: on the buffer
-//! pool, a split's left page, a merge's and a redistribution's pages commit
-//! as a rebuild recipe of a few bytes per record (`OpContext::recipe`), where
-//! their patches were about half a page; the recipe rebuilds the committed
-//! page from the page before the change; on the in-memory store (which logs
+//! Logical changes: on the buffer pool, a split's left page and a merge's
+//! page commit as a rebuild recipe of a few bytes per record, where their
+//! patches were about half a page, an insert into a leaf commits as its
+//! record and a delete as its key (`OpContext::logical`); on the in-memory store (which logs
 //! nothing) the same operations commit patches.
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
 mod pool_common;
 
-use barracuda_btree::{MemStore, OpContext, PageStore, Tree, TreeConfig};
+use barracuda_btree::{LogicalKind, MemStore, OpContext, PageStore, Tree, TreeConfig};
 use barracuda_pool::EvictionPolicy;
 use pool_common::Format;
 use rand::rngs::SmallRng;
@@ -18,6 +17,10 @@ use std::sync::Arc;
 /// What a phase's operations committed.
 #[derive(Default, Debug)]
 struct Tally {
+    /// Commits logged as inserts.
+    inserts: u64,
+    /// Commits logged as deletes.
+    deletes: u64,
     /// Commits logged as recipes.
     recipes: u64,
     /// Their bytes.
@@ -33,8 +36,19 @@ struct Tally {
 impl Tally {
     fn add(&mut self, op: &OpContext) {
         for page in op.pages() {
-            match op.recipe(page) {
-                Some(recipe) => {
+            match op.logical(page) {
+                Some((LogicalKind::Insert, record)) => {
+                    self.inserts += 1;
+                    // Flags, key and value lengths, the 16-byte key and
+                    // the 150-byte value.
+                    assert_eq!(record.len(), 5 + 16 + 150);
+                }
+                Some((LogicalKind::Delete, key)) => {
+                    self.deletes += 1;
+                    // Flags, key length and the 16-byte key.
+                    assert_eq!(key.len(), 4 + 16);
+                }
+                Some((LogicalKind::Rebuild, recipe)) => {
                     self.recipes += 1;
                     self.recipe_bytes += recipe.len();
                     if !op.allocated.contains(&page.page_id) {
@@ -108,6 +122,18 @@ fn splits_and_merges_on_the_pool_log_recipes() {
         // were about half a page.
         let mean = inserts.old_page_recipe_bytes / inserts.old_page_recipes as usize;
         assert!(mean < 600, "{format:?}: {mean} bytes a left page's recipe");
+        // Inserts that fit their leaf: every one but those that split it
+        // (those rebuild the leaf).
+        assert!(
+            inserts.inserts >= 4000 - splits * 2,
+            "{format:?}: {inserts:?}, {splits} splits"
+        );
+        // Deletes that leave their leaf alone or mark it: all but those
+        // that merge or redistribute (those rebuild pages).
+        assert!(
+            deletes.deletes >= 3500 - merges * 4,
+            "{format:?}: {deletes:?}"
+        );
     }
 }
 
@@ -123,6 +149,9 @@ fn the_in_memory_store_commits_patches() {
     .unwrap();
     let (inserts, deletes, splits, merges) = run(&tree, 4000);
     assert!(splits > 20 && merges > 20);
-    assert_eq!(inserts.recipes + deletes.recipes, 0);
+    assert_eq!(
+        inserts.recipes + deletes.recipes + inserts.inserts + deletes.deletes,
+        0
+    );
     assert!(inserts.patch_bytes > 0 && deletes.patch_bytes > 0);
 }
