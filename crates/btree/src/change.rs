@@ -17,7 +17,7 @@ pub(crate) struct Scratch {
     bytes: Vec<u8>,
     /// How the image was built from its page, while nothing else wrote to
     /// it ([`crate::recipe`]).
-    recipe: Option<Vec<u8>>,
+    recipe: Option<crate::recipe::Recipe>,
 }
 
 impl Scratch {

@@ -468,7 +468,7 @@ impl PageWrite for PoolExclusive<'_> {
         self.inner.page_id()
     }
 
-    fn write_rebuilt(&mut self, image: &[u8], recipe: Vec<u8>) {
+    fn write_rebuilt(&mut self, image: &[u8], recipe: crate::recipe::Recipe) {
         self.rebuild_logged(image, recipe);
     }
 
@@ -522,11 +522,12 @@ impl PageWrite for PoolExclusive<'_> {
 
 impl PoolExclusive<'_> {
     /// [`PageWrite::write_rebuilt`]: keeps the recipe for the commit when
-    /// the rebuild is the page's only pending change, the recipe rebuilds
-    /// exactly `image` from the page as it is now (what redo will find),
-    /// and it is shorter than the patches. Inside a logged change (an
-    /// insert may compact the page first) that change is what is logged.
-    fn rebuild_logged(&mut self, image: &[u8], recipe: Vec<u8>) {
+    /// the rebuild is the page's only pending change, the recipe was made
+    /// from the page as it is now (what redo will find; then it rebuilds
+    /// exactly `image`, property-tested in `recipe.rs`), and it is shorter
+    /// than the patches. Inside a logged change (an insert may compact the
+    /// page first) that change is what is logged.
+    fn rebuild_logged(&mut self, image: &[u8], recipe: crate::recipe::Recipe) {
         assert_eq!(image.len(), self.len(), "image size must equal page size");
         let alone = self.inner.pending_patch_count() == 0 && !self.inserting;
         let runs = crate::store::diff_runs(self, image);
@@ -534,14 +535,16 @@ impl PoolExclusive<'_> {
             .iter()
             .map(|(start, end)| end - start + PATCH_HEADER_BYTES)
             .sum();
-        let logged = alone
-            && recipe.len() < patch_bytes
-            && crate::recipe::build(self, &recipe).is_ok_and(|built| built == image);
+        let logged = alone && recipe.bytes.len() < patch_bytes && recipe.made_from(self);
+        debug_assert!(
+            !logged || crate::recipe::build(self, &recipe.bytes).is_ok_and(|built| built == image),
+            "a recipe made from this page rebuilds another image"
+        );
         for (start, end) in runs {
             self.write(start, &image[start..end]);
         }
         if logged && self.inner.pending_patch_count() > 0 {
-            self.logical = Some((LogicalKind::Rebuild, recipe));
+            self.logical = Some((LogicalKind::Rebuild, recipe.bytes));
         }
     }
 }

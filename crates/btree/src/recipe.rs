@@ -49,6 +49,25 @@ const TAG_AT: u8 = 0;
 const TAG_INLINE: u8 = 1;
 const NONE_U16: u16 = u16::MAX;
 
+/// A rebuild recipe, with a fingerprint of the page it was made from: it
+/// rebuilds its image only from exactly that page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recipe {
+    /// The encoded recipe (the layout above).
+    pub bytes: Vec<u8>,
+    /// CRC32C of the page it was encoded against.
+    basis: u32,
+}
+
+impl Recipe {
+    /// Whether `page` is the page this recipe was made from (a page changed
+    /// since would rebuild into another image).
+    #[must_use]
+    pub fn made_from(&self, page: &[u8]) -> bool {
+        crc32c::crc32c(page) == self.basis
+    }
+}
+
 /// The recipe of the image [`page::rebuilt_image`] (or a compaction) builds
 /// from `old` with these arguments. A record is named by its offset when
 /// `old` holds exactly it there, else carried whole.
@@ -59,7 +78,7 @@ pub fn encode(
     recs: &[RecBuf],
     group_records: usize,
     order: HeapOrder,
-) -> Vec<u8> {
+) -> Recipe {
     let mut out = Vec::with_capacity(HEADER_BYTES + 3 * recs.len());
     out.push(RECIPE_VERSION);
     out.push(layout.page_type as u8);
@@ -97,7 +116,10 @@ pub fn encode(
             }
         }
     }
-    out
+    Recipe {
+        bytes: out,
+        basis: crc32c::crc32c(old),
+    }
 }
 
 /// The image `recipe` builds from the page `old`: what [`encode`]'s
@@ -462,7 +484,7 @@ mod tests {
             layout.last_insert = (last && !recs.is_empty()).then(|| recs.len() - 1);
             let order = if key_order { HeapOrder::Key } else { HeapOrder::Kept };
             let image = page::build_image(&old, &layout, &recs, group_records, order);
-            let recipe = encode(&old, &layout, &recs, group_records, order);
+            let recipe = encode(&old, &layout, &recs, group_records, order).bytes;
             prop_assert_eq!(build(&old, &recipe), Ok(image));
             // Records kept as they were cost three bytes each.
             if added == 0 && !changed.iter().take(recs.len()).any(|&c| c) {
@@ -483,7 +505,7 @@ mod tests {
             let old = page_of(count, 100, false, 3);
             let recs = page::read_all(&old);
             let layout = page::layout_of(&old);
-            let recipe = encode(&old, &layout, &recs, GROUP_RECORDS_BUILD, HeapOrder::Kept);
+            let recipe = encode(&old, &layout, &recs, GROUP_RECORDS_BUILD, HeapOrder::Kept).bytes;
             let cut_recipe = &recipe[..cut.min(recipe.len().saturating_sub(1))];
             prop_assert!(build(&old, cut_recipe).is_err());
             let mut flipped = recipe.clone();
@@ -592,13 +614,31 @@ mod tests {
         let layout = page::layout_of(&old);
         // Points at another record's offset: not what the page holds there.
         recs[0].old_offset = recs[1].old_offset;
-        let recipe = encode(&old, &layout, &recs, GROUP_RECORDS_BUILD, HeapOrder::Kept);
+        let recipe = encode(&old, &layout, &recs, GROUP_RECORDS_BUILD, HeapOrder::Kept).bytes;
         assert_eq!(
             recipe.len(),
             HEADER_BYTES + 3 * 9 + 1 + 2 + 1 + 2 + 2 + recs[0].key.len() + recs[0].value.len()
         );
         let image = page::build_image(&old, &layout, &recs, GROUP_RECORDS_BUILD, HeapOrder::Kept);
         assert_eq!(build(&old, &recipe), Ok(image));
+    }
+
+    #[test]
+    fn a_recipe_is_made_from_its_page_only() {
+        let old = page_of(10, 50, false, 1);
+        let recs = page::read_all(&old);
+        let layout = page::layout_of(&old);
+        let recipe = encode(
+            &old,
+            &layout,
+            &recs[1..],
+            GROUP_RECORDS_BUILD,
+            HeapOrder::Kept,
+        );
+        assert!(recipe.made_from(&old));
+        let mut changed = old.clone();
+        changed[PAGE_HEADER_BYTES + 20] ^= 1;
+        assert!(!recipe.made_from(&changed));
     }
 
     #[test]
@@ -614,7 +654,7 @@ mod tests {
         let recs = vec![big; 8];
         let recipe = encode(&old, &layout, &recs, GROUP_RECORDS_BUILD, HeapOrder::Key);
         assert_eq!(
-            build(&old, &recipe),
+            build(&old, &recipe.bytes),
             Err("rebuild recipe overflows its page")
         );
     }

@@ -305,7 +305,7 @@ pub trait PageWrite: Deref<Target = [u8]> {
     /// ([`crate::recipe`]) describes, as [`PageWrite::write_diff`] does. A
     /// store that logs may log the recipe instead of the bytes; the default
     /// ignores it.
-    fn write_rebuilt(&mut self, image: &[u8], recipe: Vec<u8>) {
+    fn write_rebuilt(&mut self, image: &[u8], recipe: crate::recipe::Recipe) {
         let _ = recipe;
         self.write_diff(image);
     }
