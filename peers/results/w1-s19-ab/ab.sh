@@ -1,5 +1,6 @@
 #!/bin/bash
 # usage: ab.sh ROUNDS PREFIX "label|binary|args" ... ; one lmdb,fjall,rocksdb run per round (new binary)
+# tables: python3 ../w1-s18-idle/table.py PREFIX old new (in the directory of the JSON files)
 R=$1; P=$2; shift 2
 D=/work/prof/s19/ab
 for r in $(seq 1 $R); do
