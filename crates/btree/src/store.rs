@@ -965,7 +965,7 @@ impl<F: FitCheck> PageStore for MemStore<F> {
 
 #[cfg(test)]
 mod tests {
-    use super::{OpContext, diff_runs};
+    use super::{LogicalKind, OpContext, diff_runs};
     use barracuda_codec::PageId;
     use proptest::prelude::*;
 
@@ -1021,6 +1021,53 @@ mod tests {
         );
         assert_eq!(op.freed, [PageId(8)]);
         assert_eq!(op.patch_bytes(), 7);
+    }
+
+    /// Logical commits keep their bytes apart from the patches, are taken
+    /// back whole, follow appended changes, and are dropped once logged.
+    #[test]
+    fn an_operation_keeps_logical_commits_with_their_kind() {
+        let mut op = OpContext::new();
+        op.commit_page(PageId(3), [(10, &b"abc"[..])]);
+        op.commit_page_logical(PageId(4), LogicalKind::Insert, b"record");
+        op.commit_page_logical(PageId(3), LogicalKind::Rebuild, b"recipe");
+        assert_eq!(op.logical(&op.pages()[0]), None);
+        assert_eq!(
+            op.logical(&op.pages()[1]),
+            Some((LogicalKind::Insert, &b"record"[..]))
+        );
+        assert_eq!(op.pages()[1].patch_count(), 0);
+        assert_eq!(op.patch_bytes(), 3 + 6 + 6);
+
+        op.forget_last_commit();
+        assert_eq!(op.patch_bytes(), 3 + 6);
+        op.commit_page_logical(PageId(5), LogicalKind::Delete, b"key");
+        assert_eq!(
+            op.logical(&op.pages()[2]),
+            Some((LogicalKind::Delete, &b"key"[..]))
+        );
+
+        let mut other = OpContext::new();
+        other.commit_page_logical(PageId(7), LogicalKind::Rebuild, b"other");
+        op.append_changes(other);
+        assert_eq!(
+            op.logical(&op.pages()[1]),
+            Some((LogicalKind::Insert, &b"record"[..]))
+        );
+        assert_eq!(
+            op.logical(&op.pages()[3]),
+            Some((LogicalKind::Rebuild, &b"other"[..]))
+        );
+
+        let mut logged = OpContext::new();
+        op.move_logged_to(&mut logged);
+        assert_eq!(op.patch_bytes(), 0);
+        assert!(logged.pages().iter().all(|p| logged.logical(p).is_none()));
+        op.commit_page_logical(PageId(8), LogicalKind::Insert, b"again");
+        assert_eq!(
+            op.logical(&op.pages()[0]),
+            Some((LogicalKind::Insert, &b"again"[..]))
+        );
     }
 
     /// The byte-at-a-time scan `diff_runs` replaced: the same runs.
