@@ -807,24 +807,15 @@ fn replay(
                 })?;
             }
             RedoEntry::Rebuild { page_id, recipe } => {
-                let (tree_id, page_id) = split_logged_page_id(page_id);
-                let Some((pool, _)) = pools.get(&tree_id) else {
-                    continue;
-                };
-                let applied =
-                    replay_change(pool, tree_id, page_id, group, replayed, stats, |guard| {
-                        let image = barracuda_btree::recipe::build(guard.page(), recipe).map_err(
-                            |reason| Error::LogCorrupted {
-                                lsn: group.lsn,
-                                reason,
-                            },
-                        )?;
-                        for (start, end) in barracuda_btree::store::diff_runs(guard.page(), &image)
-                        {
-                            guard.write(start, &image[start..end])?;
-                        }
-                        Ok(())
-                    })?;
+                let applied = replay_writes(pools, page_id, group, replayed, stats, |page| {
+                    // The rebuild's own writes were these runs too
+                    // (`PageWrite::write_diff`).
+                    let image = barracuda_btree::recipe::build(page, recipe)?;
+                    Ok(barracuda_btree::store::diff_runs(page, &image)
+                        .into_iter()
+                        .map(|(start, end)| (start, image[start..end].to_vec()))
+                        .collect())
+                })?;
                 stats.rebuilds_applied += u64::from(applied);
             }
             RedoEntry::Insert { page_id, record } => {
@@ -844,9 +835,9 @@ fn replay(
     Ok(())
 }
 
-/// Replays a logged insert or delete: `writes` answers the writes it makes
-/// on the page as redo finds it ([`replay_change`]). Returns whether it
-/// applied them.
+/// Replays a logged rebuild, insert or delete: `writes` answers the writes
+/// it makes on the page as redo finds it ([`replay_change`]). Returns
+/// whether it applied them.
 fn replay_writes(
     pools: &HashMap<u16, (Arc<BufferPool>, Arc<dyn BlockFile>)>,
     logged_page_id: PageId,
@@ -871,8 +862,8 @@ fn replay_writes(
     })
 }
 
-/// Replays one change of a group (patches or a rebuild, which `change`
-/// writes into the page) onto page `page_id` of tree `tree_id`, unless the
+/// Replays one change of a group (patches, or a logical change, which
+/// `change` writes into the page) onto page `page_id` of tree `tree_id`, unless the
 /// data file's block holds it already (see [`replay`]). Returns whether it
 /// applied the change.
 fn replay_change(
