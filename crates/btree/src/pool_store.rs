@@ -421,7 +421,7 @@ pub struct PoolExclusive<'a> {
     logical: Option<(LogicalKind, Vec<u8>)>,
     /// Inside [`PageWrite::write_logged`]: its writes are the logged
     /// change's.
-    inserting: bool,
+    in_logged_change: bool,
 }
 
 impl<'a> PoolExclusive<'a> {
@@ -429,7 +429,7 @@ impl<'a> PoolExclusive<'a> {
         Self {
             inner,
             logical: None,
-            inserting: false,
+            in_logged_change: false,
         }
     }
 
@@ -473,10 +473,10 @@ impl PageWrite for PoolExclusive<'_> {
     }
 
     fn write_logged(&mut self, kind: LogicalKind, change: &mut dyn FnMut(&mut Self) -> Vec<u8>) {
-        let alone = self.inner.pending_patch_count() == 0 && !self.inserting;
-        self.inserting = true;
+        let alone = self.inner.pending_patch_count() == 0 && !self.in_logged_change;
+        self.in_logged_change = true;
         let body = change(self);
-        self.inserting = false;
+        self.in_logged_change = false;
         if alone && self.inner.pending_patch_count() > 0 {
             self.logical = Some((kind, body));
         }
@@ -485,7 +485,7 @@ impl PageWrite for PoolExclusive<'_> {
     fn write(&mut self, offset: usize, bytes: &[u8]) {
         // A write besides the logical change's: it no longer tells the
         // whole change.
-        if !self.inserting {
+        if !self.in_logged_change {
             self.logical = None;
         }
         if let Err(e) = self.inner.write(offset, bytes) {
@@ -529,7 +529,7 @@ impl PoolExclusive<'_> {
     /// page first) that change is what is logged.
     fn rebuild_logged(&mut self, image: &[u8], recipe: crate::recipe::Recipe) {
         assert_eq!(image.len(), self.len(), "image size must equal page size");
-        let alone = self.inner.pending_patch_count() == 0 && !self.inserting;
+        let alone = self.inner.pending_patch_count() == 0 && !self.in_logged_change;
         let runs = crate::store::diff_runs(self, image);
         let patch_bytes: usize = runs
             .iter()
