@@ -477,9 +477,9 @@ impl PageWrite for PoolExclusive<'_> {
         self.in_logged_change = true;
         let body = change(self);
         self.in_logged_change = false;
-        if alone && self.inner.pending_patch_count() > 0 {
-            self.logical = Some((kind, body));
-        }
+        // After other pending changes (a rebuild's recipe among them), the
+        // commit logs patches: one logical change cannot tell them all.
+        self.logical = (alone && self.inner.pending_patch_count() > 0).then_some((kind, body));
     }
 
     fn write(&mut self, offset: usize, bytes: &[u8]) {

@@ -155,3 +155,67 @@ fn the_in_memory_store_commits_patches() {
     );
     assert!(inserts.patch_bytes > 0 && deletes.patch_bytes > 0);
 }
+
+/// A commit logs a logical change only when it is the page's whole change:
+/// an insert after a rebuild in the same commit (or a rebuild after other
+/// writes) commits patches.
+#[test]
+fn a_logical_change_after_others_commits_patches() {
+    use barracuda_btree::PageWrite;
+    use barracuda_btree::page::{self, HeapOrder, Layout, PageType, RecBuf, RecRef};
+    let store = pool_common::store(Format::Plain16k, EvictionPolicy::InnoDb, 64);
+    let _tree = Tree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
+    let layout = Layout {
+        page_type: PageType::Leaf,
+        level: 0,
+        flags: 0,
+        left: None,
+        right: None,
+        last_insert: None,
+        insert_flags: 0,
+    };
+    let recs: Vec<RecBuf> = (0..10u8)
+        .map(|i| RecBuf {
+            key: vec![2 * i],
+            flags: 0,
+            value: vec![i; 100],
+            old_offset: None,
+        })
+        .collect();
+    let rec = RecRef {
+        key: &[5],
+        flags: 0,
+        value: b"v",
+    };
+    let last = |op: &OpContext| op.logical(op.pages().last().unwrap()).map(|(kind, _)| kind);
+    let mut op = OpContext::new();
+    let mut g = store.allocate(&mut op).unwrap();
+    g.commit(&mut op);
+    page::rebuild(&mut g, &layout, &recs, HeapOrder::Key);
+    g.commit(&mut op);
+    // A rebuild alone: its recipe.
+    let recs = page::read_all(&g);
+    page::rebuild(&mut g, &layout, &recs[..9], HeapOrder::Kept);
+    g.commit(&mut op);
+    assert_eq!(last(&op), Some(LogicalKind::Rebuild));
+    // An insert alone: its record.
+    let pr = page::probe(&g, rec.key);
+    page::insert_logged(&mut g, pr, rec);
+    g.commit(&mut op);
+    assert_eq!(last(&op), Some(LogicalKind::Insert));
+    // A rebuild, then an insert, in one commit: patches.
+    let recs = page::read_all(&g);
+    page::rebuild(&mut g, &layout, &recs[1..], HeapOrder::Kept);
+    let pr = page::probe(&g, &[7]);
+    page::insert_logged(&mut g, pr, RecRef { key: &[7], ..rec });
+    g.commit(&mut op);
+    assert_eq!(last(&op), None);
+    assert!(op.pages().last().unwrap().patch_count() > 0);
+    // A write, then an insert: patches.
+    page::set_flags(&mut g, 1);
+    let pr = page::probe(&g, &[9]);
+    page::insert_logged(&mut g, pr, RecRef { key: &[9], ..rec });
+    g.commit(&mut op);
+    assert_eq!(last(&op), None);
+    store.free(g, &mut op).unwrap();
+}
