@@ -9,7 +9,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use barracuda_btree::page::{self, HeapOrder, Layout, PageType, RecBuf, RecRef};
+use barracuda_btree::page::{self, HeapOrder, Layout, RecBuf, RecRef};
 use barracuda_btree::recipe;
 use barracuda_codec::PageId;
 use libfuzzer_sys::fuzz_target;
@@ -60,13 +60,8 @@ fuzz_target!(|input: Input| {
         })
         .collect();
     let layout = Layout {
-        page_type: PageType::Leaf,
-        level: 0,
-        flags: 0,
-        left: None,
         right: Some(PageId(3)),
-        last_insert: None,
-        insert_flags: 0,
+        ..Layout::leaf()
     };
     let old = page::rebuilt_image(&vec![0u8; PAGE], &layout, &recs, HeapOrder::Key);
 

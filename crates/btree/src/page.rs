@@ -689,6 +689,19 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// An empty tree's leaf: no siblings, no insert history.
+    pub fn leaf() -> Self {
+        Self {
+            page_type: PageType::Leaf,
+            level: 0,
+            flags: 0,
+            left: None,
+            right: None,
+            last_insert: None,
+            insert_flags: 0,
+        }
+    }
+
     /// A new root above pages of `level - 1`: internal, no siblings, no
     /// insert history.
     pub fn new_root(level: u8) -> Self {

@@ -298,16 +298,7 @@ impl<S: PageStore> Tree<S> {
         let mut op = OpContext::new();
         let root = {
             let mut g = store.allocate(&mut op)?;
-            let layout = Layout {
-                page_type: PageType::Leaf,
-                level: 0,
-                flags: 0,
-                left: None,
-                right: None,
-                last_insert: None,
-                insert_flags: 0,
-            };
-            page::rebuild(&mut g, &layout, &[], page::HeapOrder::Kept);
+            page::rebuild(&mut g, &Layout::leaf(), &[], page::HeapOrder::Kept);
             if g.commit(&mut op) != Fit::Fits {
                 return Err(Error::CompressionUnfit {
                     page_id: g.page_id(),

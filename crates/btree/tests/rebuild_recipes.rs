@@ -162,18 +162,10 @@ fn the_in_memory_store_commits_patches() {
 #[test]
 fn a_logical_change_after_others_commits_patches() {
     use barracuda_btree::PageWrite;
-    use barracuda_btree::page::{self, HeapOrder, Layout, PageType, RecBuf, RecRef};
+    use barracuda_btree::page::{self, HeapOrder, Layout, RecBuf, RecRef};
     let store = pool_common::store(Format::Plain16k, EvictionPolicy::InnoDb, 64);
     let _tree = Tree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
-    let layout = Layout {
-        page_type: PageType::Leaf,
-        level: 0,
-        flags: 0,
-        left: None,
-        right: None,
-        last_insert: None,
-        insert_flags: 0,
-    };
+    let layout = Layout::leaf();
     let recs: Vec<RecBuf> = (0..10u8)
         .map(|i| RecBuf {
             key: vec![2 * i],
