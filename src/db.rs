@@ -808,13 +808,7 @@ fn replay(
             }
             RedoEntry::Rebuild { page_id, recipe } => {
                 let applied = replay_writes(pools, page_id, group, replayed, stats, |page| {
-                    // The rebuild's own writes were these runs too
-                    // (`PageWrite::write_diff`).
-                    let image = barracuda_btree::recipe::build(page, recipe)?;
-                    Ok(barracuda_btree::store::diff_runs(page, &image)
-                        .into_iter()
-                        .map(|(start, end)| (start, image[start..end].to_vec()))
-                        .collect())
+                    barracuda_btree::recipe::redo_rebuild(page, recipe)
                 })?;
                 stats.rebuilds_applied += u64::from(applied);
             }
@@ -844,7 +838,7 @@ fn replay_writes(
     group: &LoggedGroup,
     replayed: &mut HashMap<(u16, PageId), Lsn>,
     stats: &mut RecoveryStats,
-    writes: impl FnOnce(&[u8]) -> std::result::Result<Vec<(usize, Vec<u8>)>, &'static str>,
+    writes: impl FnOnce(&[u8]) -> std::result::Result<Vec<barracuda_btree::store::Patch>, &'static str>,
 ) -> Result<bool> {
     let (tree_id, page_id) = split_logged_page_id(logged_page_id);
     let Some((pool, _)) = pools.get(&tree_id) else {
@@ -855,8 +849,8 @@ fn replay_writes(
             lsn: group.lsn,
             reason,
         })?;
-        for (offset, bytes) in writes {
-            guard.write(offset, &bytes)?;
+        for patch in writes {
+            guard.write(patch.offset as usize, &patch.bytes)?;
         }
         Ok(())
     })

@@ -112,14 +112,16 @@ fuzz_target!(|input: Input| {
         Ok(writes) => {
             assert!(!held);
             let mut page = old.clone();
-            for (offset, bytes) in writes {
-                page[offset..offset + bytes.len()].copy_from_slice(&bytes);
+            for patch in writes {
+                let at = patch.offset as usize;
+                page[at..at + patch.bytes.len()].copy_from_slice(&patch.bytes);
             }
             assert_ne!(page::probe(&page, &key).found, 0);
             let writes = recipe::redo_delete(&page, &recipe::encode_delete(&key, 0))
                 .expect("a delete of a key the page holds");
-            for (offset, bytes) in writes {
-                page[offset..offset + bytes.len()].copy_from_slice(&bytes);
+            for patch in writes {
+                let at = patch.offset as usize;
+                page[at..at + patch.bytes.len()].copy_from_slice(&patch.bytes);
             }
             assert_eq!(page::probe(&page, &key).found, 0);
             assert_eq!(page::record_count(&page), recs.len());
@@ -135,6 +137,7 @@ fuzz_target!(|input: Input| {
     for page in [&old, &damaged] {
         let _ = recipe::build(page, &input.raw);
         let _ = recipe::build(page, &recipe.bytes);
+        let _ = recipe::redo_rebuild(page, &input.raw);
         let _ = recipe::redo_insert(page, &input.raw);
         let _ = recipe::redo_delete(page, &input.raw);
         let _ = recipe::redo_insert(page, &recipe::encode_insert(rec));

@@ -55,7 +55,7 @@ impl Scratch {
     /// with its recipe if nothing wrote to it after the build.
     pub(crate) fn write_into<G: PageWrite>(self, g: &mut G) {
         match self.recipe {
-            Some(recipe) => g.write_rebuilt(&self.bytes, recipe),
+            Some(recipe) => g.write_rebuilt(&self.bytes, |_| recipe),
             None => g.write_diff(&self.bytes),
         }
     }

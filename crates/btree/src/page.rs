@@ -722,8 +722,9 @@ impl Layout {
 /// and writes only the differing bytes. Keeps the page LSN.
 pub fn rebuild<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf], order: HeapOrder) {
     let image = build_image(&g[..], layout, recs, GROUP_RECORDS_BUILD, order);
-    let recipe = crate::recipe::encode(&g[..], layout, recs, GROUP_RECORDS_BUILD, order);
-    g.write_rebuilt(&image, recipe);
+    g.write_rebuilt(&image, |old| {
+        crate::recipe::encode(old, layout, recs, GROUP_RECORDS_BUILD, order)
+    });
 }
 
 /// How a rebuilt page lays out its heap.
@@ -750,8 +751,9 @@ pub fn rebuilt_image(old: &[u8], layout: &Layout, recs: &[RecBuf], order: HeapOr
 /// page is compacted in place (to make room, to restore, to absorb a child).
 pub fn compact<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf], order: HeapOrder) {
     let image = build_image(&g[..], layout, recs, GROUP_RECORDS_MAX, order);
-    let recipe = crate::recipe::encode(&g[..], layout, recs, GROUP_RECORDS_MAX, order);
-    g.write_rebuilt(&image, recipe);
+    g.write_rebuilt(&image, |old| {
+        crate::recipe::encode(old, layout, recs, GROUP_RECORDS_MAX, order)
+    });
 }
 
 pub(crate) fn build_image(

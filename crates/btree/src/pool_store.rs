@@ -468,7 +468,7 @@ impl PageWrite for PoolExclusive<'_> {
         self.inner.page_id()
     }
 
-    fn write_rebuilt(&mut self, image: &[u8], recipe: crate::recipe::Recipe) {
+    fn write_rebuilt(&mut self, image: &[u8], recipe: impl FnOnce(&[u8]) -> crate::recipe::Recipe) {
         self.rebuild_logged(image, recipe);
     }
 
@@ -527,23 +527,33 @@ impl PoolExclusive<'_> {
     /// exactly `image`, property-tested in `recipe.rs`), and it is shorter
     /// than the patches. Inside a logged change (an insert may compact the
     /// page first) that change is what is logged.
-    fn rebuild_logged(&mut self, image: &[u8], recipe: crate::recipe::Recipe) {
+    fn rebuild_logged(
+        &mut self,
+        image: &[u8],
+        recipe: impl FnOnce(&[u8]) -> crate::recipe::Recipe,
+    ) {
         assert_eq!(image.len(), self.len(), "image size must equal page size");
-        let alone = self.inner.pending_patch_count() == 0 && !self.in_logged_change;
         let runs = crate::store::diff_runs(self, image);
-        let patch_bytes: usize = runs
-            .iter()
-            .map(|(start, end)| end - start + PATCH_HEADER_BYTES)
-            .sum();
-        let logged = alone && recipe.bytes.len() < patch_bytes && recipe.made_from(self);
+        // Inside a logged change, or after other changes, the recipe would
+        // not tell the commit's whole change: it is not even made.
+        let alone = self.inner.pending_patch_count() == 0 && !self.in_logged_change;
+        let recipe = alone.then(|| recipe(self)).filter(|recipe| {
+            let patch_bytes: usize = runs
+                .iter()
+                .map(|(start, end)| end - start + PATCH_HEADER_BYTES)
+                .sum();
+            recipe.bytes.len() < patch_bytes && recipe.made_from(self)
+        });
         debug_assert!(
-            !logged || crate::recipe::build(self, &recipe.bytes).is_ok_and(|built| built == image),
+            recipe.as_ref().is_none_or(|recipe| {
+                crate::recipe::build(self, &recipe.bytes).is_ok_and(|built| built == image)
+            }),
             "a recipe made from this page rebuilds another image"
         );
         for (start, end) in runs {
             self.write(start, &image[start..end]);
         }
-        if logged && self.inner.pending_patch_count() > 0 {
+        if let Some(recipe) = recipe.filter(|_| self.inner.pending_patch_count() > 0) {
             self.logical = Some((LogicalKind::Rebuild, recipe.bytes));
         }
     }

@@ -35,12 +35,11 @@
 //!                          key_len u16, value_len u16, key, value
 //! ```
 
-use crate::change::Scratch;
 use crate::page::{
     self, GROUP_RECORDS_MAX, HeapOrder, KEY_BYTES_MAX, Layout, NO_PAGE, PAGE_HEADER_BYTES,
     PageType, RECORD_HEADER_BYTES, RecBuf, RecRef, SLOT_BYTES,
 };
-use crate::store::{OpContext, PageWrite};
+use crate::store::{PageWrite, Patch, PatchRecorder};
 use barracuda_codec::PageId;
 
 const RECIPE_VERSION: u8 = 1;
@@ -212,13 +211,13 @@ pub fn encode_insert(rec: RecRef<'_>) -> Vec<u8> {
     out
 }
 
-/// The writes (offset, bytes, in order) that the insert `body`
-/// ([`encode_insert`]) makes on the page `old`: the same search and the
-/// same insert as when it was logged, so the same bytes, in the same
-/// patches (a compressed block's modification log takes them as they
-/// came). An error (a reason) if the body is malformed, the key is on the
-/// page already, or the record does not fit; never a panic.
-pub fn redo_insert(old: &[u8], body: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, &'static str> {
+/// The patches, in order, that the insert `body` ([`encode_insert`])
+/// writes on the page `old`: the same search and the same insert as when it
+/// was logged, so the same bytes, in the same patches (a compressed block's
+/// modification log takes them as they came). An error (a reason) if the
+/// body is malformed, the key is on the page already, or the record does
+/// not fit; never a panic.
+pub fn redo_insert(old: &[u8], body: &[u8]) -> Result<Vec<Patch>, &'static str> {
     let mut r = Reader { bytes: body };
     let flags = r.u8()?;
     let key_len = usize::from(r.u16()?);
@@ -240,12 +239,9 @@ pub fn redo_insert(old: &[u8], body: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, &'s
     if !page::has_room(old, rec.len(), old.len()) {
         return Err("logged insert does not fit its page");
     }
-    let mut recorder = Recorder {
-        page: Scratch::of(PageId(0), old),
-        writes: Vec::new(),
-    };
+    let mut recorder = PatchRecorder::new(PageId(0), old);
     page::insert(&mut recorder, pr, rec);
-    Ok(recorder.writes)
+    Ok(recorder.into_patches())
 }
 
 /// The logged form of a delete of `key` that left the page's flags at
@@ -259,11 +255,11 @@ pub fn encode_delete(key: &[u8], flags: u16) -> Vec<u8> {
     out
 }
 
-/// The writes (offset, bytes, in order) that the delete `body`
-/// ([`encode_delete`]) makes on the page `old`, as [`redo_insert`] does for
-/// an insert. An error if the body is malformed or the page does not hold
-/// the key; never a panic.
-pub fn redo_delete(old: &[u8], body: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, &'static str> {
+/// The patches, in order, that the delete `body` ([`encode_delete`])
+/// writes on the page `old`, as [`redo_insert`] does for an insert. An error
+/// if the body is malformed or the page does not hold the key; never a
+/// panic.
+pub fn redo_delete(old: &[u8], body: &[u8]) -> Result<Vec<Patch>, &'static str> {
     let mut r = Reader { bytes: body };
     let flags = r.u16()?;
     let key_len = usize::from(r.u16()?);
@@ -279,13 +275,10 @@ pub fn redo_delete(old: &[u8], body: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, &'s
     if !page::is_leaf(old) && pr.pred == 0 {
         return Err("logged delete of an internal page's first record");
     }
-    let mut recorder = Recorder {
-        page: Scratch::of(PageId(0), old),
-        writes: Vec::new(),
-    };
+    let mut recorder = PatchRecorder::new(PageId(0), old);
     page::remove(&mut recorder, pr);
     page::set_flags(&mut recorder, flags);
-    Ok(recorder.writes)
+    Ok(recorder.into_patches())
 }
 
 /// Whether redo may search and change `old` as a page of the tree: a leaf
@@ -308,32 +301,14 @@ fn check_page_for_redo(old: &[u8]) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// A copy of a page that records the writes made to it.
-struct Recorder {
-    page: Scratch,
-    writes: Vec<(usize, Vec<u8>)>,
-}
-
-impl std::ops::Deref for Recorder {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.page
-    }
-}
-
-impl PageWrite for Recorder {
-    fn page_id(&self) -> PageId {
-        self.page.page_id()
-    }
-
-    fn write(&mut self, offset: usize, bytes: &[u8]) {
-        self.page.write(offset, bytes);
-        self.writes.push((offset, bytes.to_vec()));
-    }
-
-    fn commit(&mut self, _: &mut OpContext) -> crate::store::Fit {
-        crate::store::Fit::Fits
-    }
+/// The patches, in order, that the rebuild `recipe` writes on the page
+/// `old`: the runs where [`build`]'s image differs from it, as the rebuild
+/// itself wrote them ([`PageWrite::write_diff`]).
+pub fn redo_rebuild(old: &[u8], recipe: &[u8]) -> Result<Vec<Patch>, &'static str> {
+    let image = build(old, recipe)?;
+    let mut recorder = PatchRecorder::new(PageId(0), old);
+    recorder.write_diff(&image);
+    Ok(recorder.into_patches())
 }
 
 /// Whether `p` holds exactly `rec` at `off` (without copying it out).
@@ -417,6 +392,16 @@ mod tests {
 
     const PAGE: usize = 16 * 1024;
 
+    /// `old` with `patches` written, in order.
+    fn patched(old: &[u8], patches: &[Patch]) -> Vec<u8> {
+        let mut page = old.to_vec();
+        for patch in patches {
+            let at = patch.offset as usize;
+            page[at..at + patch.bytes.len()].copy_from_slice(&patch.bytes);
+        }
+        page
+    }
+
     /// A leaf (or internal page) of `count` records with keys `2i` (so
     /// odd keys are free for new records) and values of `value_len`
     /// bytes, in a heap order shuffled by `seed`.
@@ -485,7 +470,10 @@ mod tests {
             let order = if key_order { HeapOrder::Key } else { HeapOrder::Kept };
             let image = page::build_image(&old, &layout, &recs, group_records, order);
             let recipe = encode(&old, &layout, &recs, group_records, order).bytes;
-            prop_assert_eq!(build(&old, &recipe), Ok(image));
+            prop_assert_eq!(build(&old, &recipe), Ok(image.clone()));
+            // Redo writes the runs that make the page that image.
+            let patches = redo_rebuild(&old, &recipe).unwrap();
+            prop_assert_eq!(&patched(&old, &patches)[PAGE_HEADER_BYTES..], &image[PAGE_HEADER_BYTES..]);
             // Records kept as they were cost three bytes each.
             if added == 0 && !changed.iter().take(recs.len()).any(|&c| c) {
                 prop_assert_eq!(recipe.len(), HEADER_BYTES + 3 * recs.len());
@@ -537,14 +525,11 @@ mod tests {
             let value = vec![0x5A; if internal { 8 } else { new_len }];
             let rec = RecRef { key: &key, flags: 0, value: &value };
             prop_assume!(page::has_room(&old, rec.len(), PAGE));
-            let mut direct = Recorder { page: Scratch::of(PageId(0), &old), writes: Vec::new() };
+            let mut direct = PatchRecorder::new(PageId(0), &old);
             page::insert(&mut direct, page::probe(&old, &key), rec);
-            let writes = redo_insert(&old, &encode_insert(rec)).unwrap();
-            prop_assert_eq!(&writes, &direct.writes);
-            let mut page = old.clone();
-            for (offset, bytes) in &writes {
-                page[*offset..*offset + bytes.len()].copy_from_slice(bytes);
-            }
+            let patches = redo_insert(&old, &encode_insert(rec)).unwrap();
+            prop_assert_eq!(&patches, &direct.into_patches());
+            let page = patched(&old, &patches);
             // (An internal page's first record keeps no key.)
             if !internal {
                 let pr = page::probe(&page, &key);
@@ -564,15 +549,12 @@ mod tests {
         ) {
             let old = page_of(count, value_len, false, seed);
             let key = (2 * (at % count) as u32).to_be_bytes();
-            let mut direct = Recorder { page: Scratch::of(PageId(0), &old), writes: Vec::new() };
+            let mut direct = PatchRecorder::new(PageId(0), &old);
             page::remove(&mut direct, page::probe(&old, &key));
             page::set_flags(&mut direct, flags);
-            let writes = redo_delete(&old, &encode_delete(&key, flags)).unwrap();
-            prop_assert_eq!(&writes, &direct.writes);
-            let mut page = old.clone();
-            for (offset, bytes) in &writes {
-                page[*offset..*offset + bytes.len()].copy_from_slice(bytes);
-            }
+            let patches = redo_delete(&old, &encode_delete(&key, flags)).unwrap();
+            prop_assert_eq!(&patches, &direct.into_patches());
+            let page = patched(&old, &patches);
             prop_assert_eq!(page::probe(&page, &key).found, 0);
             prop_assert_eq!(page::record_count(&page), count - 1);
             // A second redo finds nothing to remove.

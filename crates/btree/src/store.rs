@@ -301,11 +301,15 @@ pub trait PageWrite: Deref<Target = [u8]> {
         }
     }
 
-    /// Writes `image`, a rebuild of this page that `recipe`
-    /// ([`crate::recipe`]) describes, as [`PageWrite::write_diff`] does. A
-    /// store that logs may log the recipe instead of the bytes; the default
+    /// Writes `image`, a rebuild of this page, as [`PageWrite::write_diff`]
+    /// does. `recipe` answers, given the page before the rebuild, the
+    /// recipe that made it ([`crate::recipe`]): a store that logs may log
+    /// it instead of the bytes, and asks for it only then; the default
     /// ignores it.
-    fn write_rebuilt(&mut self, image: &[u8], recipe: crate::recipe::Recipe) {
+    fn write_rebuilt(&mut self, image: &[u8], recipe: impl FnOnce(&[u8]) -> crate::recipe::Recipe)
+    where
+        Self: Sized,
+    {
         let _ = recipe;
         self.write_diff(image);
     }
@@ -629,10 +633,26 @@ impl CodecBlocks {
 
 /// A page copy that records the patches written to it: the patches a guard
 /// would get from the same writes.
-struct PatchRecorder {
+pub(crate) struct PatchRecorder {
     page_id: PageId,
     bytes: Vec<u8>,
     patches: Vec<Patch>,
+}
+
+impl PatchRecorder {
+    /// A copy of `page` (whose id is `page_id`) with no patches yet.
+    pub(crate) fn new(page_id: PageId, page: &[u8]) -> Self {
+        Self {
+            page_id,
+            bytes: page.to_vec(),
+            patches: Vec::new(),
+        }
+    }
+
+    /// The patches written, in order.
+    pub(crate) fn into_patches(self) -> Vec<Patch> {
+        self.patches
+    }
 }
 
 impl Deref for PatchRecorder {
@@ -921,11 +941,7 @@ impl<F: FitCheck> PageStore for MemStore<F> {
         _: &mut OpContext,
     ) -> Result<bool> {
         debug_assert!(guard.pending.is_empty(), "would_fit with pending patches");
-        let mut recorder = PatchRecorder {
-            page_id: guard.page_id,
-            bytes: guard.guard.page.to_vec(),
-            patches: Vec::new(),
-        };
+        let mut recorder = PatchRecorder::new(guard.page_id, &guard.guard.page);
         recorder.write_diff(image);
         let frame = &*guard.guard;
         Ok(self
