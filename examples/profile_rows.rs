@@ -28,7 +28,8 @@
 //! perf record -g target/release/examples/profile_rows get 100000 /mnt/ext4/dir
 //! ```
 //!
-//! Prints the time of the load and of the phase, and the log's counters.
+//! Prints the time of the load and of the phase, the tree's shape (leaves,
+//! fill, pages, split counters) and the log's counters.
 
 use std::time::Instant;
 
@@ -216,6 +217,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     eprintln!("{phase}: {:?} (checksum {sum})", started.elapsed());
+    let stats = tree.stats()?;
+    eprintln!(
+        "tree: {} leaves, fill {:.3}, {} pages; splits {:?}",
+        stats.leaf_pages,
+        stats.leaf_fill,
+        stats.pages_per_level.iter().sum::<u64>(),
+        stats.splits
+    );
     eprintln!("{:?}", db.log_stats());
     db.close()?;
     Ok(())
