@@ -81,10 +81,14 @@ pub use compact::{CompactStats, CompactStep};
 
 mod compact;
 
-use crate::wal::{GROUP_BYTES_MAX, LoggedGroup, RedoEntry, RedoGroup, Wal, WalOptions};
+use crate::wal::{
+    CONTROL_FILE_NAME, FileWrap, FsLogDir, GROUP_BYTES_MAX, LoggedGroup, RedoEntry, RedoGroup, Wal,
+    WalOptions,
+};
 
-/// The log file's name in the database directory.
-pub const LOG_FILE_NAME: &str = "wal.log";
+/// The log's control file in the database directory: its checkpoint slots
+/// (the log itself is in segment files beside it, `wal-<LSN>.log`).
+pub const LOG_FILE_NAME: &str = CONTROL_FILE_NAME;
 
 /// Bits of a logged page id that hold the page id within its tree.
 const TREE_ID_SHIFT: u32 = 48;
@@ -96,9 +100,9 @@ const ROOT_PAGE_ID: PageId = PageId(1);
 /// How often the background thread looks at the log's fill level.
 const BACKGROUND_TICK: Duration = Duration::from_millis(50);
 
-/// An idle checkpoint runs only once the log has taken at least this share
-/// of the ring (1/32: 4 MiB of the default 128 MiB) since the ring was made
-/// or last given back ([`Wal::ring_taken_bytes`]).
+/// An idle checkpoint runs only once the log holds at least this share of
+/// its budget after the last checkpoint (1/32: 4 MiB of the default
+/// 128 MiB), so that a trickle of writes does not checkpoint every spell.
 const IDLE_CHECKPOINT_SHARE: u64 = 32;
 
 /// Requests a pool keeps in flight per batch (read-ahead, flushing): the
@@ -409,12 +413,23 @@ impl Db {
             recovery.pages_restored += restored as u64;
             pools.insert(entry.id, (pool, file));
         }
-        let wal_path = dir.join(LOG_FILE_NAME);
-        let wal_file = options.wrap(&wal_path, barracuda_io::open(&wal_path, &io_options)?);
-        let wal_options = WalOptions::default().ring_bytes(options.log_bytes);
+        let wrap: Option<FileWrap> = options.file_wrapper.as_ref().map(|w| {
+            let w = Arc::clone(&w.0);
+            Arc::new(move |path: &Path, file| w(path, file)) as FileWrap
+        });
+        // The log writes one sequential run and syncs it per flush, from the
+        // flushing thread: pwrite does that without an io_uring file's
+        // threads, rings and buffers, which each segment would start again.
+        let log_options = io_options
+            .clone()
+            .backend(barracuda_io::Backend::Pread)
+            .buffer_count(1)
+            .buffer_size_bytes(4096);
+        let log_dir = Arc::new(FsLogDir::new(dir, log_options, wrap));
+        let wal_options = WalOptions::default().log_bytes(options.log_bytes);
         let mut replayed = HashMap::new();
         let started = Instant::now();
-        let (wal, checkpoint) = Wal::open(wal_file, &wal_options, |group| {
+        let (wal, checkpoint) = Wal::open(log_dir, &wal_options, |group| {
             replay(&pools, group, &mut replayed, &mut recovery)
         })?;
         recovery.checkpoint_lsn = checkpoint.lsn.0;
@@ -1169,7 +1184,7 @@ impl DbInner {
             if self.log_has_room(log_bytes) {
                 // The head start: an eighth of the ring, about 17 MB of
                 // workload 1's batches (some 130 ms) by default.
-                let head_start = (self.wal.ring_bytes() / 8) as usize;
+                let head_start = (self.wal.log_bytes() / 8) as usize;
                 if !self.log_has_room(log_bytes + head_start)
                     && !self.checkpoint_wanted.swap(true, Ordering::Relaxed)
                 {
@@ -1185,7 +1200,7 @@ impl DbInner {
     /// Whether the log has room for `log_bytes` (and an eighth of the ring
     /// to spare).
     fn log_has_room(&self, log_bytes: usize) -> bool {
-        let ring = self.wal.ring_bytes();
+        let ring = self.wal.log_bytes();
         let free = ring.saturating_sub(self.wal.used_bytes());
         free >= log_bytes as u64 + (ring / 8)
     }
@@ -1193,14 +1208,14 @@ impl DbInner {
     /// The most log bytes one log group may need: one operation's worst
     /// case must fit.
     pub(crate) fn group_bytes_max(&self) -> usize {
-        GROUP_BYTES_MAX.min((self.wal.ring_bytes() / 4) as usize)
+        GROUP_BYTES_MAX.min((self.wal.log_bytes() / 4) as usize)
     }
 
     /// The most log bytes one atomic write may need in all: half the ring.
     /// A write larger than a group spans several, and no checkpoint can
     /// pass it while it is applied, so the ring must hold all of it.
     pub(crate) fn batch_bytes_max(&self) -> usize {
-        (self.wal.ring_bytes() / 2) as usize
+        (self.wal.log_bytes() / 2) as usize
     }
 
     /// Logs the operations of `writer` as its last group (or its only one)
@@ -1308,7 +1323,9 @@ impl DbInner {
                     .find(|tree| tree.entry.id == tree_id)
                     .is_some_and(|tree| tree.pool().is_unwritten(page_id))
             });
-            self.wal.next_lsn()
+            // The end of the log, where a new segment starts: once the
+            // checkpoint is recorded, the segments before it go.
+            self.wal.rotate()?
         };
         self.checkpoint_to(target, &[])
     }
@@ -1373,10 +1390,9 @@ impl DbInner {
             // Memory may hold changes the log does not: write nothing more.
             Ok(())
         } else {
-            // The last checkpoint leaves the log empty: restart its ring,
-            // so that a closed database keeps no ring (see `Wal::restart_ring`).
+            // The last checkpoint starts an empty segment and deletes the
+            // others: a closed database keeps no log.
             self.checkpoint()
-                .and_then(|()| self.wal.restart_ring().map(|_| ()))
         };
         self.wal.stop_log_writer();
         if let Some(handle) = self.log_writer.lock().take() {
@@ -1405,13 +1421,12 @@ impl DbInner {
 /// The background thread: syncs the log under `NoSync`, runs checkpoints
 /// on schedule, when half the log is in use, when a write asks for one
 /// ([`DbInner::checkpoint_wanted`]), or when the log has been idle
-/// (`Options::idle_checkpoint`; that one then gives the ring back).
+/// (`Options::idle_checkpoint`). Each deletes the log before it.
 fn background(db: Weak<DbInner>) {
     let mut last_checkpoint = Instant::now();
     let mut last_log_flush = Instant::now();
     // The log's end as last seen, since when it has not moved, and whether
-    // this idle spell had its checkpoint (one per spell, whatever came of
-    // the restart).
+    // this idle spell had its checkpoint (one per spell).
     let mut log_end = Lsn(0);
     let mut log_end_since = Instant::now();
     let mut idle_done = false;
@@ -1439,7 +1454,7 @@ fn background(db: Weak<DbInner>) {
             }
         }
         let used = db.wal.used_bytes();
-        let half_full = used * 2 > db.wal.ring_bytes();
+        let half_full = used * 2 > db.wal.log_bytes();
         let wanted = db.checkpoint_wanted.swap(false, Ordering::Relaxed);
         let end = db.wal.next_lsn();
         if end != log_end {
@@ -1448,7 +1463,7 @@ fn background(db: Weak<DbInner>) {
         let idle = !idle_done
             && db.options.idle_checkpoint.is_some_and(|after| {
                 log_end_since.elapsed() >= after
-                    && db.wal.ring_taken_bytes() >= db.wal.ring_bytes() / IDLE_CHECKPOINT_SHARE
+                    && used >= db.wal.log_bytes() / IDLE_CHECKPOINT_SHARE
             });
         idle_done |= idle;
         if half_full
@@ -1460,17 +1475,7 @@ fn background(db: Weak<DbInner>) {
             if let Err(e) = db.checkpoint() {
                 tracing::warn!("background checkpoint failed: {e}");
             } else if idle {
-                // If nothing was logged since the checkpoint, give the
-                // ring back, as a close does; the write mutex keeps appends
-                // out meanwhile (a few ms: a slot, a truncation, a sync).
-                let restarted = {
-                    let _writes = db.write.lock();
-                    db.wal.restart_ring()
-                };
-                match restarted {
-                    Ok(restarted) => tracing::debug!(restarted, "idle checkpoint"),
-                    Err(e) => db.fail(&e),
-                }
+                tracing::debug!("idle checkpoint");
             }
             // Asked for while it ran: the room it made answers that.
             db.checkpoint_wanted.store(false, Ordering::Relaxed);

@@ -19,8 +19,9 @@ fn options() -> barracuda::Options {
         .durability(Durability::NoSync)
 }
 
-/// Fills a tree; returns the end of the log.
-fn fill(dir: &Path, close: bool) -> u64 {
+/// Fills a tree; returns the end of the log and where its newest segment
+/// starts.
+fn fill(dir: &Path, close: bool) -> (u64, u64) {
     let db = options().open(dir).unwrap();
     let tree = db.tree("t").unwrap();
     for i in 0..3000u64 {
@@ -40,7 +41,14 @@ fn fill(dir: &Path, close: bool) -> u64 {
     } else {
         db.halt();
     }
-    end
+    let newest = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            barracuda::wal::parse_segment_file_name(&e.unwrap().file_name().to_string_lossy())
+        })
+        .max()
+        .unwrap();
+    (end, newest)
 }
 
 fn flip_bits(path: &Path, rng: &mut SmallRng, flips: usize, from: u64, to: u64) -> Vec<u64> {
@@ -72,7 +80,7 @@ fn named_page(error: &Error) -> bool {
 fn data_file_bit_flips_are_reported_with_the_page() {
     for seed in 0..16u64 {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        fill(dir.path(), true);
+        let _ = fill(dir.path(), true);
         let mut rng = SmallRng::seed_from_u64(seed);
         let data = dir.path().join("tree-00001.bdb");
         // Skip the meta page's block, so that open itself succeeds; a flip
@@ -97,7 +105,7 @@ fn data_file_bit_flips_are_reported_with_the_page() {
 #[test]
 fn meta_page_flip_fails_open_with_the_page() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    fill(dir.path(), true);
+    let _ = fill(dir.path(), true);
     let data = dir.path().join("tree-00001.bdb");
     let file = OpenOptions::new()
         .read(true)
@@ -118,12 +126,17 @@ fn log_bit_flips_fail_open_or_check_clean() {
     for seed in 0..16u64 {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         // Halted, not closed: recovery has to replay the log.
-        let end = fill(dir.path(), false);
+        let (end, newest) = fill(dir.path(), false);
         let mut rng = SmallRng::seed_from_u64(seed);
-        let log = dir.path().join(barracuda::LOG_FILE_NAME);
-        // The checkpoint slots and the ring up to the end of the log (the
-        // ring starts at 4 KiB and has not wrapped yet).
-        flip_bits(&log, &mut rng, 1, 0, 4096 + end);
+        if seed % 4 == 3 {
+            // A checkpoint slot.
+            let control = dir.path().join(barracuda::LOG_FILE_NAME);
+            flip_bits(&control, &mut rng, 1, 0, 1024);
+        } else {
+            // The newest segment, its header and its log (after 4 KiB).
+            let segment = dir.path().join(barracuda::wal::segment_file_name(newest));
+            flip_bits(&segment, &mut rng, 1, 0, 4096 + end - newest);
+        }
         match options().open(dir.path()) {
             Ok(db) => db.check().unwrap(),
             Err(e) => outcomes.push(e.to_string()),

@@ -110,10 +110,10 @@ fn crash_child() {
     writeln!(out).unwrap();
     for step in 0.. {
         if step % IDLE_EVERY == IDLE_EVERY - 1 {
-            let restarts = db.log_stats().ring_restarts;
+            let removed = db.log_stats().segments_removed;
             std::thread::sleep(IDLE_PAUSE);
-            if db.log_stats().ring_restarts > restarts {
-                writeln!(out, "ring restarted").unwrap();
+            if db.log_stats().segments_removed > removed {
+                writeln!(out, "segments removed").unwrap();
             }
         }
         if step % COMPACT_EVERY == COMPACT_EVERY - 1 {
@@ -226,8 +226,8 @@ struct Counts {
     acknowledged: usize,
     /// Kills that came inside a compaction.
     killed_compacting: usize,
-    /// Log rings the child's idle checkpoints gave back.
-    ring_restarts: usize,
+    /// Idle pauses of the child in which a checkpoint deleted log segments.
+    segments_removed: usize,
 }
 
 fn run_child(
@@ -244,7 +244,7 @@ fn run_child(
     if last_compaction.is_some_and(|line| line == "compacting") {
         counts.killed_compacting += 1;
     }
-    counts.ring_restarts += output.iter().filter(|l| *l == "ring restarted").count();
+    counts.segments_removed += output.iter().filter(|l| *l == "segments removed").count();
     for line in output.iter() {
         let parts: Vec<&str> = line.split(' ').collect();
         match parts.as_slice() {
@@ -622,21 +622,21 @@ fn sigkill_loses_no_acknowledged_write() {
     // About a quarter of the kills land inside a compaction (21 of 80 in
     // one run): with 50 cycles, none at all would mean the test lost its
     // point.
-    // Likewise for the idle checkpoints that give the ring back.
+    // Likewise for the idle checkpoints that delete log segments.
     if cycles >= CYCLES_DEFAULT {
         assert!(
             counts.killed_compacting > 0,
             "no kill landed inside a compaction"
         );
         assert!(
-            counts.ring_restarts > 0,
-            "no idle checkpoint gave the ring back"
+            counts.segments_removed > 0,
+            "no idle checkpoint deleted log segments"
         );
     }
     eprintln!(
-        "{cycles} SIGKILL cycles ({} inside a compaction, {} rings given back when idle), {} acknowledged writes, all present; {} keys at the end, {:.1} s",
+        "{cycles} SIGKILL cycles ({} inside a compaction, {} idle pauses that deleted log segments), {} acknowledged writes, all present; {} keys at the end, {:.1} s",
         counts.killed_compacting,
-        counts.ring_restarts,
+        counts.segments_removed,
         counts.acknowledged,
         model.len(),
         started.elapsed().as_secs_f64()

@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use barracuda::{Compression, Db, Durability, Error, TreeOptions, WriteBatch};
-use common::{key, small, tempdir, two_trees};
+use common::{key, log_bytes, log_files, small, tempdir, two_trees};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -379,11 +379,11 @@ fn scans_agree_with_ranges_and_the_model() {
     }
 }
 
-/// The log's ring is fixed when the database is created: reopening with a
-/// different `log_bytes` (as an admin tool that does not know it would)
-/// keeps the log's own size and loses nothing.
+/// The log's budget is an option of each open, not of the files:
+/// reopening with another `log_bytes` (as an admin tool that does not know
+/// it would) uses it and loses nothing.
 #[test]
-fn reopening_with_another_log_size_keeps_the_logs_ring() {
+fn reopening_with_another_log_budget_loses_nothing() {
     let dir = tempdir();
     let db = small().log_bytes(4 << 20).open(dir.path()).unwrap();
     let tree = db.tree("t").unwrap();
@@ -391,10 +391,12 @@ fn reopening_with_another_log_size_keeps_the_logs_ring() {
         tree.put(&key(i), b"v").unwrap();
     }
     drop(tree);
-    db.close().unwrap();
-    for (round, asked) in [64 << 20, 1 << 20].into_iter().enumerate() {
+    // Halted, not closed: the reopen replays the log under its own budget.
+    db.sync().unwrap();
+    db.halt();
+    for (round, asked) in [64u64 << 20, 1 << 20].into_iter().enumerate() {
         let db = small().log_bytes(asked).open(dir.path()).unwrap();
-        assert_eq!(db.log_stats().ring_bytes, 4 << 20);
+        assert_eq!(db.log_stats().log_bytes, asked);
         let tree = db.tree("t").unwrap();
         assert_eq!(tree.len().unwrap(), 500 + round as u64);
         assert_eq!(tree.get(&key(499)).unwrap().as_deref(), Some(&b"v"[..]));
@@ -486,23 +488,24 @@ fn a_batch_reads_its_leaves_ahead() {
     db.check().unwrap();
 }
 
-/// A clean close leaves the log as its two checkpoint slots (it holds
-/// nothing to replay); opening makes its ring again, and nothing is lost
-/// either way: through a close, and through a crash after the reopen.
+/// A clean close leaves the log as its two checkpoint slots and an empty
+/// segment (it holds nothing to replay); the segment grows with the writes
+/// after a reopen, and nothing is lost either way: through a close, and
+/// through a crash after the reopen.
 #[test]
-fn a_closed_database_keeps_no_log_ring() {
+fn a_closed_database_keeps_no_log() {
     let dir = tempdir();
-    let log = dir.path().join(barracuda::LOG_FILE_NAME);
     let db = small().open(dir.path()).unwrap();
     let tree = db.tree("t").unwrap();
     for i in 0..500 {
         tree.put(&key(i), b"before close").unwrap();
     }
     db.close().unwrap();
-    let closed_len = std::fs::metadata(&log).unwrap().len();
+    let closed_len = log_bytes(dir.path());
     assert!(closed_len <= 8192, "a closed log of {closed_len} bytes");
+    assert_eq!(log_files(dir.path()).len(), 2, "the slots and one segment");
     let db = small().open(dir.path()).unwrap();
-    let reopened_len = std::fs::metadata(&log).unwrap().len();
+    let reopened_len = log_bytes(dir.path());
     assert!(
         reopened_len <= 8192,
         "a reopened log of {reopened_len} bytes"
@@ -513,8 +516,8 @@ fn a_closed_database_keeps_no_log_ring() {
         tree.put(&key(i), b"after reopen").unwrap();
     }
     db.sync().unwrap();
-    // The ring grows with the log (and 4 MiB of zeros ahead), not at once.
-    let grown_len = std::fs::metadata(&log).unwrap().len();
+    // The segment grows with the log (and 4 MiB of zeros ahead).
+    let grown_len = log_bytes(dir.path());
     assert!(
         (4 << 20..16 << 20).contains(&grown_len),
         "a log of {grown_len} bytes after 100 writes"
@@ -572,15 +575,19 @@ fn a_data_file_holds_zeros_ahead_of_its_pages_only_while_open() {
     db.check().unwrap();
 }
 
-/// A fresh log ring grows with the log: the log writes zeros a few MiB ahead
+/// A log segment grows with the log: the log writes zeros a few MiB ahead
 /// of itself, so that its syncs do not allocate blocks one commit at a time.
-/// Checked through the blocks the file system allocated for `wal.log`.
+/// Checked through the blocks the file system allocated for the log's files.
 #[test]
-fn a_fresh_log_ring_is_written_ahead_of_the_log() {
+fn a_log_segment_is_written_ahead_of_the_log() {
     use std::os::unix::fs::MetadataExt;
     let dir = tempdir();
-    let log = dir.path().join(barracuda::LOG_FILE_NAME);
-    let allocated = || std::fs::metadata(&log).unwrap().blocks() * 512;
+    let allocated = || {
+        log_files(dir.path())
+            .iter()
+            .map(|path| std::fs::metadata(path).unwrap().blocks() * 512)
+            .sum::<u64>()
+    };
     for reopen in [false, true] {
         let db = small()
             .durability(Durability::Sync)
@@ -609,16 +616,15 @@ fn a_fresh_log_ring_is_written_ahead_of_the_log() {
     }
 }
 
-/// An idle database checkpoints and gives its log ring back
-/// (`Options::idle_checkpoint`): `wal.log` shrinks to its slots, the writes
-/// after it go on in a new lap, and a crash then loses none of them. With
-/// the option off the ring stays.
+/// An idle database checkpoints and deletes its log
+/// (`Options::idle_checkpoint`): the log's files shrink to its slots and an
+/// empty segment, the writes after it go on in that segment, and a crash
+/// then loses none of them. With the option off the log stays.
 #[test]
-fn an_idle_database_gives_its_log_ring_back() {
+fn an_idle_database_deletes_its_log() {
     let dir = tempdir();
-    let log = dir.path().join(barracuda::LOG_FILE_NAME);
-    let log_len = || std::fs::metadata(&log).unwrap().len();
-    // More than 1/32 of the 16 MiB ring (`small`), synced.
+    let log_len = || log_bytes(dir.path());
+    // More than 1/32 of the 16 MiB budget (`small`), synced.
     let fill = |tree: &barracuda::Tree, db: &Db, keys: std::ops::Range<u64>| {
         for i in keys {
             tree.put(&key(i), &[i as u8; 1000]).unwrap();
@@ -645,11 +651,11 @@ fn an_idle_database_gives_its_log_ring_back() {
     assert_eq!(
         log_len(),
         written,
-        "the ring was given back with the option off"
+        "the log was deleted with the option off"
     );
     db.close().unwrap();
 
-    // On: idle for 100 ms, the ring is given back.
+    // On: idle for 100 ms, the log is deleted.
     let db = small()
         .idle_checkpoint(Some(idle))
         .open(dir.path())
@@ -661,9 +667,9 @@ fn an_idle_database_gives_its_log_ring_back() {
     let idle_len = wait_for_shrink(written);
     assert!(idle_len <= 8192, "{idle_len} bytes of log after idling");
     let stats = db.log_stats();
-    assert_eq!(stats.ring_restarts, 1, "{stats:?}");
-    assert_eq!(stats.checkpoint_lsn % stats.ring_bytes, 0, "{stats:?}");
-    // The next writes start the new lap; a crash keeps all of them.
+    assert_eq!(stats.segments_removed, 1, "{stats:?}");
+    assert_eq!(stats.segments, 1, "{stats:?}");
+    // The next writes go on in the new segment; a crash keeps all of them.
     fill(&tree, &db, 2_000..2_100);
     db.halt();
     let db = small().open(dir.path()).unwrap();

@@ -156,6 +156,12 @@ fn a_get_never_reads_a_value_older_than_a_finished_write() {
         }
         published[i as usize].store(version, Ordering::SeqCst);
     }
+    // The readers go on until the cache answered some gets (on a loaded
+    // machine the writes can all finish before it has), 10 s at most.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while tree.record_cache_status().hits == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     stop.store(true, Ordering::Relaxed);
     let gets: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
     assert!(gets > 0);

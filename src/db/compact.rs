@@ -10,12 +10,14 @@
 //! 2. copy the old tree in key order, in `NoSync` batches (the split
 //!    policy sees an ascending stream and leaves full pages behind);
 //! 3. checkpoint: the new file is complete and synced, and recovery starts
-//!    after every record of both trees;
+//!    after every record of both trees (the log before it is deleted);
 //! 4. replace the old entry by `N` in `CATALOG` (write-sync-rename-sync):
 //!    the commit point;
-//! 5. swap the incarnation every `Tree` handle reads, delete the old file;
-//! 6. restart the log's ring empty (`Wal::restart_ring`): the file keeps
-//!    only its checkpoint slots and grows again with the next writes.
+//! 5. swap the incarnation every `Tree` handle reads, delete the old file.
+//!
+//! The checkpoint of step 3 starts a new log segment and deletes the
+//! others, so the log's files give their space back along with the tree's
+//! free pages.
 //!
 //! A crash before 4 reopens the old tree (`N`'s file is an orphan, deleted
 //! at open, and a checkpoint then moves recovery past its records so that a
@@ -145,12 +147,6 @@ impl DbInner {
                 self.swap(&mut catalog, &slot, new, stop)?;
                 if stop.is_some() {
                     return Ok(None);
-                }
-                // Step 6: nothing was logged since the checkpoint; give the
-                // log's ring back as well (it grows again with the writes).
-                if let Err(e) = self.wal.restart_ring() {
-                    self.fail(&e);
-                    return Err(e);
                 }
                 Ok(Some(stats))
             }
@@ -283,7 +279,7 @@ impl DbInner {
     /// A checkpoint while holding the checkpoint lock and the write mutex.
     fn checkpoint_locked(&self, state: &mut WriteState, more: &[&TreeInner]) -> Result<()> {
         state.imaged.clear();
-        let target = self.wal.next_lsn();
+        let target = self.wal.rotate()?;
         self.checkpoint_to(target, more)
     }
 

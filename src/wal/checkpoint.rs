@@ -1,5 +1,6 @@
-//! The checkpoint header: two slots at the start of the log file, written
-//! alternately, so that a torn write of one leaves the other intact.
+//! The checkpoint header: two slots at the start of the log's control file
+//! (`wal.log`), written alternately, so that a torn write of one leaves the
+//! other intact.
 //!
 //! Byte layout of a slot (integers little-endian; the slot is one aligned
 //! sector, the rest zero):
@@ -11,11 +12,14 @@
 //!      8    8 sequence         grows by one per checkpoint; the valid slot
 //!                              with the highest sequence wins
 //!     16    8 checkpoint_lsn   recovery replays the log from here
-//!     24    8 ring_bytes       size of the log ring; must match on open
+//!     24    8 log_bytes        version 7: the log's budget when written
+//!                              (`Options::log_bytes`, informational);
+//!                              versions 1 to 6: the size of the ring
 //!     32    4 payload_len      bytes of payload that follow the header
 //!     36    4 crc32c           over [0, 48 + payload_len) with this field zero
-//!     40    4 flags            bit 0: the ring is growing (its first lap:
-//!                              the file may end before the ring does)
+//!     40    4 flags            versions 2 to 6, bit 0: the ring is growing
+//!                              (its first lap: the file may end before the
+//!                              ring does); version 7: zero
 //!     44    4 reserved         zero
 //!     48    . payload          opaque to the log (the Db's catalog root, ...)
 //! ```
@@ -23,8 +27,10 @@
 //! Version 1 slots (no flags, the payload at 40), version 2 slots (bit 0
 //! meant "cut off at a clean close": a growing ring of which the file holds
 //! nothing), version 3 slots (logs that image pages) and version 4 slots
-//! (logs without zero-fill patches) and version 5 slots (logs without
-//! logical entries) are still read.
+//! (logs without zero-fill patches), version 5 slots (logs without logical
+//! entries) and version 6 slots are still read: up to version 6 the log is a
+//! ring in the same file after the slots (`ring.rs`), from version 7 it is
+//! in segment files (`segment.rs`).
 
 use barracuda_codec::Lsn;
 
@@ -44,8 +50,13 @@ pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"BRCK");
 /// hold zero-fill patches (see `record.rs`), which a version 4 build would
 /// read as damage. Version 6 (same layout) means the log may hold logical
 /// entries (rebuild, insert, delete; see `record.rs`), which a version 5
-/// build would read as damage.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 6;
+/// build would read as damage. Version 7 (same layout) means the log is in
+/// segment files beside the slots (`segment.rs`), which a version 6 build
+/// would not find.
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 7;
+
+/// The last version whose log is a ring in the slots' file (still read).
+pub(crate) const CHECKPOINT_V6: u32 = 6;
 
 /// The version whose logs hold no logical entries (still read).
 const CHECKPOINT_V5: u32 = 5;
@@ -78,18 +89,23 @@ const CRC_OFFSET: usize = 36;
 /// The content of a checkpoint slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
+    /// The slot's format version: [`CHECKPOINT_FORMAT_VERSION`] for every
+    /// slot this build writes; 6 or less for a log that is a ring in the
+    /// slots' file (read at open, then replaced).
+    pub format_version: u32,
     /// Grows by one per checkpoint written.
     pub sequence: u64,
     /// Recovery replays the log from here: every change before it is in the
     /// data file, durably.
     pub lsn: Lsn,
-    /// Size of the log ring the slot was written for.
-    pub ring_bytes: u64,
-    /// The ring is in its first lap since it was made (a new log) or
-    /// restarted empty (at a clean close, after a compaction): the file may
-    /// end before the ring does, and nothing of this lap lies past its end,
-    /// so recovery reads that part as zeros. A file shorter than its ring
-    /// without this flag is damage.
+    /// Version 7: the log's budget when the slot was written. Versions 1 to
+    /// 6: the size of the ring the slot was written for.
+    pub log_bytes: u64,
+    /// Versions 2 to 6: the ring is in its first lap since it was made (a
+    /// new log) or restarted empty (at a clean close, after a compaction):
+    /// the file may end before the ring does, and nothing of this lap lies
+    /// past its end, so recovery reads that part as zeros. A file shorter
+    /// than its ring without this flag is damage. Always false in version 7.
     pub ring_growing: bool,
     /// Opaque bytes for the layer above (at most
     /// [`CHECKPOINT_PAYLOAD_BYTES_MAX`]).
@@ -97,16 +113,18 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Encodes the slot into `sector` (zeroing the rest of it).
+    /// Encodes the slot into `sector` (zeroing the rest of it), as version
+    /// `format_version` (this build writes only its own; tests write older
+    /// ones).
     pub(crate) fn encode(&self, sector: &mut [u8]) {
         assert!(self.payload.len() <= CHECKPOINT_PAYLOAD_BYTES_MAX);
         assert!(sector.len() >= CHECKPOINT_HEADER_BYTES + self.payload.len());
         sector.fill(0);
         sector[0..4].copy_from_slice(&CHECKPOINT_MAGIC.to_le_bytes());
-        sector[4..8].copy_from_slice(&CHECKPOINT_FORMAT_VERSION.to_le_bytes());
+        sector[4..8].copy_from_slice(&self.format_version.to_le_bytes());
         sector[8..16].copy_from_slice(&self.sequence.to_le_bytes());
         sector[16..24].copy_from_slice(&self.lsn.0.to_le_bytes());
-        sector[24..32].copy_from_slice(&self.ring_bytes.to_le_bytes());
+        sector[24..32].copy_from_slice(&self.log_bytes.to_le_bytes());
         let payload_len = u32::try_from(self.payload.len()).expect("bounded payload");
         sector[32..36].copy_from_slice(&payload_len.to_le_bytes());
         let flags = if self.ring_growing {
@@ -147,6 +165,7 @@ impl Checkpoint {
             | CHECKPOINT_V3
             | CHECKPOINT_V4
             | CHECKPOINT_V5
+            | CHECKPOINT_V6
             | CHECKPOINT_FORMAT_VERSION => (CHECKPOINT_HEADER_BYTES, u32_at(40)),
             _ => return Err(corrupted("unknown format version")),
         };
@@ -161,13 +180,20 @@ impl Checkpoint {
         if crc != u32_at(CRC_OFFSET) {
             return Err(corrupted("checksum mismatch"));
         }
-        if flags & !FLAG_RING_GROWING != 0 {
+        let version = u32_at(4);
+        let known_flags = if version == CHECKPOINT_FORMAT_VERSION {
+            0
+        } else {
+            FLAG_RING_GROWING
+        };
+        if flags & !known_flags != 0 {
             return Err(corrupted("unknown flags"));
         }
         Ok(Some(Checkpoint {
+            format_version: version,
             sequence: u64_at(8),
             lsn: Lsn(u64_at(16)),
-            ring_bytes: u64_at(24),
+            log_bytes: u64_at(24),
             ring_growing: flags & FLAG_RING_GROWING != 0,
             payload: sector[header_bytes..end].to_vec(),
         }))
@@ -197,13 +223,25 @@ pub(crate) fn newest(
 mod tests {
     use super::*;
 
+    /// A slot of this build's version.
     fn checkpoint(sequence: u64) -> Checkpoint {
         Checkpoint {
+            format_version: CHECKPOINT_FORMAT_VERSION,
             sequence,
             lsn: Lsn(4096 * sequence),
-            ring_bytes: 1 << 20,
-            ring_growing: sequence % 2 == 1,
+            log_bytes: 1 << 20,
+            ring_growing: false,
             payload: b"catalog".to_vec(),
+        }
+    }
+
+    /// A slot of an earlier build's version, its ring growing for odd
+    /// sequences.
+    fn ring_checkpoint(version: u32, sequence: u64) -> Checkpoint {
+        Checkpoint {
+            format_version: version,
+            ring_growing: sequence % 2 == 1,
+            ..checkpoint(sequence)
         }
     }
 
@@ -258,9 +296,10 @@ mod tests {
         assert_eq!(
             read,
             Checkpoint {
+                format_version: 1,
                 sequence: 7,
                 lsn: Lsn(8192),
-                ring_bytes: 1 << 20,
+                log_bytes: 1 << 20,
                 ring_growing: false,
                 payload: b"abc".to_vec(),
             }
@@ -268,21 +307,20 @@ mod tests {
     }
 
     #[test]
-    fn version_3_4_and_5_slots_still_read() {
-        for version in [CHECKPOINT_V3, CHECKPOINT_V4, CHECKPOINT_V5] {
+    fn version_3_to_6_slots_still_read() {
+        for version in [CHECKPOINT_V3, CHECKPOINT_V4, CHECKPOINT_V5, CHECKPOINT_V6] {
             let mut slot = [0u8; 512];
-            checkpoint(3).encode(&mut slot);
-            slot[4..8].copy_from_slice(&version.to_le_bytes());
-            slot[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&[0; 4]);
-            let end = CHECKPOINT_HEADER_BYTES + checkpoint(3).payload.len();
-            let crc = crc32c::crc32c(&slot[..end]);
-            slot[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+            ring_checkpoint(version, 3).encode(&mut slot);
             assert_eq!(
                 Checkpoint::decode(&slot, 0).unwrap(),
-                Some(checkpoint(3)),
+                Some(ring_checkpoint(version, 3)),
                 "version {version}"
             );
         }
+        // A growing flag in this build's version is damage.
+        let mut slot = [0u8; 512];
+        ring_checkpoint(CHECKPOINT_FORMAT_VERSION, 3).encode(&mut slot);
+        assert!(Checkpoint::decode(&slot, 0).is_err());
         // A version after this build's is refused, not guessed at.
         let mut slot = [0u8; 512];
         checkpoint(3).encode(&mut slot);
@@ -293,15 +331,10 @@ mod tests {
     #[test]
     fn a_version_2_cut_flag_reads_as_growing() {
         let mut slot = [0u8; 512];
-        checkpoint(3).encode(&mut slot);
-        slot[4..8].copy_from_slice(&CHECKPOINT_V2.to_le_bytes());
-        let crc = {
-            let c = crc32c::crc32c(&slot[..CRC_OFFSET]);
-            let c = crc32c::crc32c_append(c, &[0; 4]);
-            crc32c::crc32c_append(c, &slot[CRC_OFFSET + 4..CHECKPOINT_HEADER_BYTES + 7])
-        };
-        slot[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(Checkpoint::decode(&slot, 0).unwrap(), Some(checkpoint(3)));
+        ring_checkpoint(CHECKPOINT_V2, 3).encode(&mut slot);
+        let read = Checkpoint::decode(&slot, 0).unwrap().unwrap();
+        assert!(read.ring_growing);
+        assert_eq!(read, ring_checkpoint(CHECKPOINT_V2, 3));
     }
 
     #[test]

@@ -1,41 +1,44 @@
-//! The write-ahead log: physiological redo in one circular file.
+//! The write-ahead log: physiological redo in segment files.
 //!
 //! ```text
-//! file offset                       content
-//! 0                                 checkpoint slot 0 (one sector)
-//! sector                            checkpoint slot 1 (one sector)
-//! ring_start = max(2 sectors, 4 KiB) the ring: LSN `l` lives at
-//!                                   ring_start + (l % ring_bytes)
+//! wal.log                      the two checkpoint slots (checkpoint.rs)
+//! wal-<first LSN, 16 hex>.log  a segment: a header, then the log stream
+//!                              from its first LSN to the next segment's
 //! ```
 //!
-//! An LSN is a position in the endless log stream; the ring holds the part
-//! from the checkpoint LSN up. Appends encode a [`RedoGroup`] into a memory
-//! buffer and return the LSN just past it; [`Wal::flush_to`] makes the log
-//! durable up to an LSN with one write and one `sync_data` for everything
-//! buffered (group commit: writers that arrive during a sync share the next
-//! one). A buffer that fills is flushed by the log writer thread, if one
-//! runs ([`Wal::run_log_writer`]), while appends go on. Every flush starts
-//! at a sector boundary with a flush-start marker and is padded with zeros
-//! to the next boundary, so no synced sector is ever rewritten.
+//! An LSN is a position in the endless log stream. Appends encode a
+//! [`RedoGroup`] into a memory buffer and return the LSN just past it;
+//! [`Wal::flush_to`] makes the log durable up to an LSN with one write and
+//! one `sync_data` for everything buffered (group commit: writers that
+//! arrive during a sync share the next one). A buffer that fills is flushed
+//! by the log writer thread, if one runs ([`Wal::run_log_writer`]), while
+//! appends go on. Every flush starts at a sector boundary with a
+//! flush-start marker and is padded with zeros to the next boundary, so no
+//! synced sector is ever rewritten.
 //!
-//! The file grows with the ring's first lap: a new log, or one restarted
-//! empty ([`Wal::restart_ring`]: at a clean close, after a compaction),
-//! holds only its slots, and the flushes extend it a few MiB ahead of the
-//! log until the ring is whole. Its checkpoint says so
-//! ([`Checkpoint::ring_growing`]), and recovery reads the part past the
-//! file's end as zeros.
+//! A checkpoint starts a new segment ([`Wal::rotate`], with appends kept
+//! out) and records its first LSN; once recorded, the segments before it
+//! are deleted. So the files hold the log since the last checkpoint began,
+//! and the log's budget (`log_bytes`) bounds that, not the files' size: an
+//! append that would pass it is [`Error::LogFull`] until a checkpoint.
+//! Segments grow as the log is written, a few MiB of zeros ahead of it.
 //!
 //! Recovery ([`Wal::open`]) reads the newest valid checkpoint slot and
-//! replays groups from its LSN until the first one that is missing or fails
-//! its CRC: that is the end of the log. Unsynced bytes can only lie in the
-//! last flush, so a valid flush-start marker beyond the end proves that the
-//! damaged group had been synced: that is reported as corruption instead of
-//! being silently cut off. Recovery then zeroes the window where unsynced
-//! bytes of the last flush may remain, so that a later crash can never
-//! replay them after newer records.
+//! replays groups from its LSN, across segments, until the first one that
+//! is missing or fails its CRC: that is the end of the log. Unsynced bytes
+//! can only lie in the last flush, so a valid flush-start marker beyond the
+//! end proves that the damaged group had been synced: that is reported as
+//! corruption instead of being silently cut off. Recovery then zeroes the
+//! window where unsynced bytes of the last flush may remain, so that a
+//! later crash can never replay them after newer records. A log written by
+//! an earlier build (a ring in `wal.log`, slot versions 1 to 6) is copied
+//! into a segment first (`ring.rs`).
 
 mod checkpoint;
+mod reader;
 mod record;
+mod ring;
+mod segment;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,43 +57,43 @@ pub use record::{
     IMAGE_OVERHEAD_BYTES_MAX, LoggedGroup, PATCH_HEADER_BYTES, Patches, RedoEntry, RedoGroup,
     ZERO_RUN_BYTES_MIN,
 };
+pub use segment::{
+    CONTROL_FILE_NAME, FileWrap, FsLogDir, LogDir, MemLogDir, SEGMENT_MAGIC,
+    parse_segment_file_name, segment_file_name,
+};
 
 use crate::error::{Error, Result};
-use record::{FLUSH_START_BYTES, GroupHeader};
+use reader::{LogSource, Reader, Replayed};
+use record::FLUSH_START_BYTES;
+use segment::{Segment, SegmentSource};
 
-/// Smallest ring: room for a few maximal flushes.
-pub const RING_BYTES_MIN: u64 = 64 << 10;
-
-/// Where the ring starts, at least: after the two checkpoint slots, on a
-/// 4 KiB boundary so O_DIRECT devices with 4 KiB sectors work too.
-const RING_START_BYTES_MIN: u64 = 4096;
-
-/// How much the reader fetches per read during recovery.
-const RECOVERY_READ_BYTES: u64 = 1 << 20;
+/// Smallest budget: room for a few maximal flushes.
+pub const LOG_BYTES_MIN: u64 = 64 << 10;
 
 /// Options of the write-ahead log.
 #[derive(Clone, Debug)]
 pub struct WalOptions {
-    ring_bytes: u64,
+    log_bytes: u64,
     buffer_bytes_max: usize,
 }
 
 impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
-            ring_bytes: /* 128 MiB */ 128 << 20,
+            log_bytes: /* 128 MiB */ 128 << 20,
             buffer_bytes_max: /* 4 MiB */ 4 << 20,
         }
     }
 }
 
 impl WalOptions {
-    /// Size of the log ring: the log a checkpoint must catch up with before
-    /// writers stall. Rounded up to a multiple of the file's sector size.
-    /// Default = 128 MiB.
+    /// The most log the files may hold after the last checkpoint: an
+    /// append past it is [`Error::LogFull`] until a checkpoint advances.
+    /// Rounded up to a multiple of the files' sector size. Default =
+    /// 128 MiB.
     #[must_use]
-    pub fn ring_bytes(mut self, ring_bytes: u64) -> Self {
-        self.ring_bytes = ring_bytes;
+    pub fn log_bytes(mut self, log_bytes: u64) -> Self {
+        self.log_bytes = log_bytes;
         self
     }
 
@@ -130,65 +133,18 @@ pub struct WalStats {
     pub durable_lsn: u64,
     /// Recovery starts here.
     pub checkpoint_lsn: u64,
-    /// Size of the ring.
-    pub ring_bytes: u64,
-    /// Times the ring was given back since open ([`Wal::restart_ring`]:
-    /// after a compaction, when the database idles, at close).
-    pub ring_restarts: u64,
-}
-
-/// Where things live in the log file.
-#[derive(Clone, Copy, Debug)]
-struct Layout {
-    sector_bytes: u64,
-    ring_start_bytes: u64,
-    ring_bytes: u64,
-}
-
-impl Layout {
-    fn new(file: &dyn BlockFile, options: &WalOptions) -> Result<Layout> {
-        let sector_bytes = file.alignment().offset_bytes as u64;
-        let ring_bytes = options
-            .ring_bytes
-            .max(RING_BYTES_MIN)
-            .next_multiple_of(sector_bytes);
-        let ring_start_bytes = (2 * sector_bytes)
-            .max(RING_START_BYTES_MIN)
-            .next_multiple_of(sector_bytes);
-        Ok(Layout {
-            sector_bytes,
-            ring_start_bytes,
-            ring_bytes,
-        })
-    }
-
-    fn first_lsn(&self) -> Lsn {
-        Lsn(self.sector_bytes.max(RING_START_BYTES_MIN))
-    }
-
-    fn file_len_bytes(&self) -> u64 {
-        self.ring_start_bytes + self.ring_bytes
-    }
-
-    fn round_up(&self, lsn: u64) -> u64 {
-        lsn.next_multiple_of(self.sector_bytes)
-    }
-
-    /// The first LSN of the lap of the ring that `lsn` lies in.
-    fn lap_start(&self, lsn: u64) -> u64 {
-        lsn - lsn % self.ring_bytes
-    }
-
-    /// The pieces of the file holding `[lsn, lsn + len)`: one, or two where
-    /// the range wraps around the ring's end. `(file offset, len)`.
-    fn pieces(&self, lsn: u64, len: u64) -> [(u64, u64); 2] {
-        let at = lsn % self.ring_bytes;
-        let first = len.min(self.ring_bytes - at);
-        [
-            (self.ring_start_bytes + at, first),
-            (self.ring_start_bytes, len - first),
-        ]
-    }
+    /// The log's budget after a checkpoint ([`WalOptions::log_bytes`]).
+    pub log_bytes: u64,
+    /// Segment files now.
+    pub segments: u64,
+    /// Segments started since open (one per checkpoint that had log to
+    /// pass).
+    pub segments_started: u64,
+    /// Segments deleted since open, once a checkpoint passed them.
+    pub segments_removed: u64,
+    /// Bytes of the log's files now: the control file and the segments
+    /// (the zeros written ahead of the log included).
+    pub file_bytes: u64,
 }
 
 struct State {
@@ -208,9 +164,10 @@ struct State {
     /// `AlignedBuf::zeroed` fell from 4.1 % to 2.1 % of a bulk load's
     /// profile). Not kept above [`FLUSH_BUF_KEPT_BYTES_MAX`].
     flush_buf: Option<AlignedBuf>,
-    /// What of a growing ring lies past the file's end; `None` once the
-    /// lap is written (the file is whole).
-    unwritten: Option<Unwritten>,
+    /// The segments, oldest first; appends go to the last one.
+    segments: Vec<Segment>,
+    /// The last segment's file holds log or zeros up to this LSN.
+    extent_lsn: u64,
     /// A full buffer an append took for the log writer thread to write and
     /// sync ([`Wal::run_log_writer`]); `flushing` is set from the hand-off
     /// until the flush is finished.
@@ -222,8 +179,10 @@ struct State {
 }
 
 /// One write and sync of the log: `padded_len` bytes of `buf` at LSN
-/// `start`, then zeros over `zeros` (see [`Wal::write_and_sync`]).
+/// `start` of `segment`, then zeros over `zeros` (see
+/// [`Wal::write_and_sync`]).
 struct Flush {
+    segment: Segment,
     start: u64,
     buf: AlignedBuf,
     padded_len: u64,
@@ -233,29 +192,30 @@ struct Flush {
 /// The largest flush buffer the log keeps between flushes.
 const FLUSH_BUF_KEPT_BYTES_MAX: usize = 4 << 20;
 
-/// How far ahead of the log a flush writes zeros while the ring grows
-/// ([`Unwritten`]): the file is extended, and the file system's journal
+/// How far ahead of the log a flush writes zeros when it passes the end of
+/// its segment's file: the file is extended, and the file system's journal
 /// committed, once per this many bytes of log, not once per sync.
 const ZERO_AHEAD_BYTES: u64 = 4 << 20;
-
-/// The part of a growing ring past the file's end, which no flush has
-/// written yet: LSNs `[from_lsn, until_lsn)`, up to the end of the lap.
-#[derive(Clone, Copy, Debug)]
-struct Unwritten {
-    from_lsn: u64,
-    until_lsn: u64,
-}
 
 impl State {
     fn next_lsn(&self) -> u64 {
         self.buffer_lsn + self.buffer.len() as u64
     }
+
+    fn current(&self) -> &Segment {
+        self.segments
+            .last()
+            .unwrap_or_else(|| unreachable!("a log always has a segment"))
+    }
 }
 
 /// The write-ahead log. `Send + Sync`: many threads append and wait at once.
 pub struct Wal {
-    file: Arc<dyn BlockFile>,
-    layout: Layout,
+    dir: Arc<dyn LogDir>,
+    control: Arc<dyn BlockFile>,
+    sector_bytes: u64,
+    header_bytes: u64,
+    log_bytes: u64,
     buffer_bytes_max: usize,
     state: Mutex<State>,
     /// Serializes checkpoints; the state mutex is not held during their I/O.
@@ -269,116 +229,67 @@ pub struct Wal {
 impl std::fmt::Debug for Wal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Wal")
-            .field("file", &self.file.path())
+            .field("control", &self.control.path())
             .field("stats", &self.stats())
             .finish()
     }
 }
 
 impl Wal {
-    /// Opens the log in `file`, creating it if the file is empty, and
-    /// replays every redo group from the newest checkpoint through `apply`,
-    /// in log order. Returns the log, ready for appends after the last
-    /// replayed group, and the checkpoint recovery started from.
+    /// Opens the log in `dir`, creating it if its control file is empty,
+    /// and replays every redo group from the newest checkpoint through
+    /// `apply`, in log order. Returns the log, ready for appends after the
+    /// last replayed group, and the checkpoint recovery started from.
     pub fn open(
-        file: Arc<dyn BlockFile>,
+        dir: Arc<dyn LogDir>,
         options: &WalOptions,
         mut apply: impl FnMut(&LoggedGroup) -> Result<()>,
     ) -> Result<(Wal, Checkpoint)> {
-        let mut layout = Layout::new(file.as_ref(), options)?;
-        let (checkpoint, created) = match read_checkpoint(file.as_ref(), &layout)? {
-            Some(checkpoint) => (checkpoint, false),
-            None => (create(file.as_ref(), &layout)?, true),
+        let control = dir.control()?;
+        let sector_bytes = control.alignment().offset_bytes as u64;
+        let header_bytes = segment::header_bytes(sector_bytes);
+        let log_bytes = options
+            .log_bytes
+            .max(LOG_BYTES_MIN)
+            .next_multiple_of(sector_bytes);
+        let mut checkpoint = match read_checkpoint(control.as_ref(), sector_bytes)? {
+            Some(checkpoint) => checkpoint,
+            None => create(dir.as_ref(), control.as_ref(), sector_bytes, log_bytes)?,
         };
-        if checkpoint.ring_bytes != layout.ring_bytes {
-            // The ring is a property of the log file: an existing log keeps
-            // its size (resizing is not supported), so a database opens
-            // whatever `log_bytes` the caller asks for (an admin tool does
-            // not know it). The checkpoint slot's CRC vouches for the value;
-            // a ring the layout could not have made is damage.
-            let ring_bytes = checkpoint.ring_bytes;
-            if ring_bytes < RING_BYTES_MIN || !ring_bytes.is_multiple_of(layout.sector_bytes) {
-                return Err(Error::LogCorrupted {
-                    lsn: checkpoint.lsn,
-                    reason: "checkpoint names an impossible ring size",
-                });
-            }
-            tracing::warn!(
-                ring_bytes,
-                asked = layout.ring_bytes,
-                "the log keeps the ring it was created with; log_bytes applies to new logs"
-            );
-            layout.ring_bytes = ring_bytes;
+        if checkpoint.format_version < CHECKPOINT_FORMAT_VERSION {
+            checkpoint = ring::convert(dir.as_ref(), control.as_ref(), &checkpoint)?;
         }
-        let mut checkpoint = checkpoint;
-        let full_len = layout.file_len_bytes();
-        let file_len = file.len()?;
-        if file_len < full_len && !checkpoint.ring_growing {
-            return Err(Error::LogCorrupted {
-                lsn: checkpoint.lsn,
-                reason: "log file shorter than its ring",
-            });
-        }
-        // A growing ring has no log past the file's end (the flushes extend
-        // it ahead of the log, and its lap cannot wrap before it is whole).
-        let growing = file_len < full_len;
-        let readable_end = if growing {
-            layout.lap_start(checkpoint.lsn.0) + file_len.saturating_sub(layout.ring_start_bytes)
-        } else {
-            u64::MAX
-        };
-        let end_lsn = if created || readable_end <= checkpoint.lsn.0 {
-            // Nothing to read: no replay, no synced record to look for
-            // after the end, no tail to clean.
-            checkpoint.lsn.0
-        } else {
-            let mut reader = Reader::new(file.as_ref(), layout, checkpoint.lsn.0, readable_end);
-            let Replayed { end_lsn, log_end } = reader.replay(&mut apply)?;
-            reader.check_nothing_synced_after(log_end, checkpoint.lsn.0)?;
-            let tail = Tail {
-                end_lsn,
-                log_end,
-                checkpoint_lsn: checkpoint.lsn.0,
-                window_bytes: options.buffer_bytes_max as u64 + GROUP_BYTES_MAX as u64,
-                readable_end,
-            };
-            clean_tail(file.as_ref(), &layout, &tail)?;
-            end_lsn
-        };
-        let mut start = layout.round_up(end_lsn);
-        let unwritten = if !growing {
-            None
-        } else if readable_end < start {
-            // The file ends before the log starts (a ring cut at close by
-            // an earlier build): restart at the next lap, so that the file
-            // grows from the ring's start.
-            checkpoint = restart(file.as_ref(), &layout, &checkpoint, start)?;
-            start = checkpoint.lsn.0;
-            Some(Unwritten {
-                from_lsn: start,
-                until_lsn: start + layout.ring_bytes,
-            })
-        } else {
-            Some(Unwritten {
-                from_lsn: readable_end.max(start),
-                until_lsn: layout.lap_start(checkpoint.lsn.0) + layout.ring_bytes,
-            })
-        };
+        let window_bytes = options.buffer_bytes_max as u64 + GROUP_BYTES_MAX as u64;
+        let (segments, start) = recover(
+            dir.as_ref(),
+            &checkpoint,
+            sector_bytes,
+            window_bytes,
+            &mut apply,
+        )?;
+        let current = segments
+            .last()
+            .unwrap_or_else(|| unreachable!("recovery leaves a segment"));
+        let extent_lsn = current.first_lsn + current.file.len()?.saturating_sub(header_bytes);
         tracing::debug!(
             checkpoint = checkpoint.lsn.0,
-            end = end_lsn,
+            end = start,
+            segments = segments.len(),
             "log recovered"
         );
         let stats = WalStats {
             next_lsn: start,
             durable_lsn: start,
             checkpoint_lsn: checkpoint.lsn.0,
-            ring_bytes: layout.ring_bytes,
+            log_bytes,
             ..WalStats::default()
         };
         let wal = Wal {
-            file,
-            layout,
+            dir,
+            control,
+            sector_bytes,
+            header_bytes,
+            log_bytes,
             buffer_bytes_max: options.buffer_bytes_max,
             state: Mutex::new(State {
                 buffer: Vec::new(),
@@ -388,7 +299,8 @@ impl Wal {
                 failure: None,
                 stats,
                 flush_buf: None,
-                unwritten,
+                segments,
+                extent_lsn,
                 handed_off: None,
                 log_writer_running: false,
                 log_writer_stop: false,
@@ -401,18 +313,22 @@ impl Wal {
         Ok((wal, checkpoint))
     }
 
+    fn round_up(&self, lsn: u64) -> u64 {
+        lsn.next_multiple_of(self.sector_bytes)
+    }
+
     /// Appends `group` and returns where it lies in the log. Not durable
     /// until [`Wal::flush_to`] its end returned.
     ///
     /// A page changed by the group holds `end` as its page LSN; the first
     /// group that dirtied a page bounds the checkpoint by its `start`.
     ///
-    /// Fails with [`Error::LogFull`] if the ring has no room until a
-    /// checkpoint advances, and with [`Error::LogFailed`] once a write or
+    /// Fails with [`Error::LogFull`] if the log's budget has no room until
+    /// a checkpoint advances, and with [`Error::LogFailed`] once a write or
     /// sync of the log has failed.
     pub fn append(&self, group: &RedoGroup) -> Result<LsnRange> {
         let len = group.encoded_len();
-        let group_bytes_max = GROUP_BYTES_MAX.min((self.layout.ring_bytes / 4) as usize);
+        let group_bytes_max = GROUP_BYTES_MAX.min((self.log_bytes / 4) as usize);
         if len > group_bytes_max {
             return Err(Error::GroupTooLarge {
                 group_bytes: len,
@@ -446,10 +362,10 @@ impl Wal {
 
     fn check_room(&self, state: &State, len: usize) -> Result<()> {
         // The group, a marker, and the padding of its flush must all fit in
-        // front of the checkpoint.
-        let need = (len + FLUSH_START_BYTES) as u64 + self.layout.sector_bytes;
+        // the budget after the checkpoint.
+        let need = (len + FLUSH_START_BYTES) as u64 + self.sector_bytes;
         let used = state.next_lsn() - state.checkpoint.lsn.0;
-        let free = self.layout.ring_bytes - used.min(self.layout.ring_bytes);
+        let free = self.log_bytes - used.min(self.log_bytes);
         if need > free {
             return Err(Error::LogFull {
                 needed_bytes: need,
@@ -458,7 +374,6 @@ impl Wal {
         }
         Ok(())
     }
-
     /// Makes the log durable up to `lsn`: on return, every group that ends
     /// at or before it survives a crash. Writers that call it while another
     /// thread syncs wait and share the next sync (group commit).
@@ -561,12 +476,12 @@ impl Wal {
     fn take_flush(&self, state: &mut State) -> Flush {
         let start = state.buffer_lsn;
         let data_len = state.buffer.len() as u64;
-        let padded_len = self.layout.round_up(data_len);
+        let padded_len = self.round_up(data_len);
         let mut buf = match state.flush_buf.take() {
             Some(buf) if buf.len() >= padded_len as usize => buf,
             _ => AlignedBuf::zeroed(
                 (padded_len as usize).next_power_of_two(),
-                self.file.alignment().mem_bytes,
+                self.control.alignment().mem_bytes,
             ),
         };
         buf[..data_len as usize].copy_from_slice(&state.buffer);
@@ -575,15 +490,10 @@ impl Wal {
         state.buffer_lsn = start + padded_len;
         state.flushing = true;
         let end = start + padded_len;
-        // Zeros ahead of this flush, where the ring is still a hole.
-        let zeros = state.unwritten.and_then(|u| {
-            let from = u.from_lsn.max(end);
-            let until = u
-                .until_lsn
-                .min(self.layout.round_up(from + ZERO_AHEAD_BYTES));
-            (end > u.from_lsn && from < until).then_some((from, until))
-        });
+        // Zeros ahead of this flush, once it passes what its file holds.
+        let zeros = (end > state.extent_lsn).then(|| (end, self.round_up(end + ZERO_AHEAD_BYTES)));
         Flush {
+            segment: state.current().clone(),
             start,
             buf,
             padded_len,
@@ -593,7 +503,7 @@ impl Wal {
 
     fn write_flush(&self, flush: &Flush) -> Result<()> {
         let data = &flush.buf[..flush.padded_len as usize];
-        self.write_and_sync(flush.start, data, flush.zeros)
+        self.write_and_sync(&flush.segment, flush.start, data, flush.zeros)
     }
 
     /// Records the outcome of `flush`: the new durable LSN, or the failure
@@ -604,16 +514,13 @@ impl Wal {
             buf,
             padded_len,
             zeros,
+            ..
         } = flush;
         let end = start + padded_len;
         state.flushing = false;
-        if result.is_ok()
-            && let Some(u) = &mut state.unwritten
-        {
-            u.from_lsn = u.from_lsn.max(zeros.map_or(end, |(_, until)| until));
-            if u.from_lsn >= u.until_lsn {
-                state.unwritten = None;
-            }
+        if result.is_ok() {
+            let written = zeros.map_or(end, |(_, until)| until);
+            state.extent_lsn = state.extent_lsn.max(written);
         }
         if buf.len() <= FLUSH_BUF_KEPT_BYTES_MAX {
             state.flush_buf = Some(buf);
@@ -636,16 +543,21 @@ impl Wal {
         }
     }
 
-    /// Writes `data` at `lsn`, and zeros over the LSNs `zeros` (a hole of
-    /// a fresh ring ahead of the log), then syncs once.
-    fn write_and_sync(&self, lsn: u64, data: &[u8], zeros: Option<(u64, u64)>) -> Result<()> {
-        write_ring(self.file.as_ref(), &self.layout, lsn, data)?;
+    /// Writes `data` at `lsn` of `segment`, and zeros over the LSNs
+    /// `zeros` (ahead of the log, past the file's end), then syncs once.
+    fn write_and_sync(
+        &self,
+        segment: &Segment,
+        lsn: u64,
+        data: &[u8],
+        zeros: Option<(u64, u64)>,
+    ) -> Result<()> {
+        let offset = |lsn: u64| self.header_bytes + (lsn - segment.first_lsn);
+        segment.file.write_at(offset(lsn), data)?;
         if let Some((from, until)) = zeros {
-            for (offset, len) in self.layout.pieces(from, until - from) {
-                self.file.write_zeros(offset, len)?;
-            }
+            segment.file.write_zeros(offset(from), until - from)?;
         }
-        self.file.sync_data()?;
+        segment.file.sync_data()?;
         Ok(())
     }
 
@@ -660,34 +572,67 @@ impl Wal {
         Lsn(self.state.lock().next_lsn())
     }
 
-    /// Bytes of the ring in use, from the checkpoint to the end of the log.
+    /// Bytes of the log's budget in use, from the checkpoint to the end of
+    /// the log.
     pub fn used_bytes(&self) -> u64 {
         let state = self.state.lock();
         state.next_lsn() - state.checkpoint.lsn.0
     }
 
-    /// Bytes of the ring the log has taken since the ring was made or
-    /// last restarted ([`Wal::restart_ring`]): what the file holds of it,
-    /// the zeros written ahead aside; the whole ring once a lap is done.
-    pub fn ring_taken_bytes(&self) -> u64 {
-        let state = self.state.lock();
-        match state.unwritten {
-            Some(u) => state
-                .next_lsn()
-                .saturating_sub(u.until_lsn - self.layout.ring_bytes),
-            None => self.layout.ring_bytes,
-        }
+    /// The log's budget after a checkpoint ([`WalOptions::log_bytes`]).
+    pub fn log_bytes(&self) -> u64 {
+        self.log_bytes
     }
 
-    /// Size of the ring.
-    pub fn ring_bytes(&self) -> u64 {
-        self.layout.ring_bytes
+    /// Ends the current segment and starts the next one, for a checkpoint:
+    /// writes and syncs everything appended, then, if the current segment
+    /// holds any log, creates a segment starting at the next LSN. Returns
+    /// that LSN: everything before it is durable, and a checkpoint there
+    /// lets [`Wal::checkpoint`] delete every segment before it. The caller
+    /// keeps appends out (the Db's write mutex), so the LSN is the end of
+    /// the log; appends that come anyway are written first, and the
+    /// segment starts after them.
+    pub fn rotate(&self) -> Result<Lsn> {
+        let mut state = self.state.lock();
+        loop {
+            check_failure(&state)?;
+            if state.flushing {
+                self.flushed.wait(&mut state);
+            } else if !state.buffer.is_empty() {
+                self.flush_buffer(&mut state)?;
+            } else {
+                break;
+            }
+        }
+        let lsn = state.buffer_lsn;
+        if state.current().first_lsn == lsn {
+            return Ok(Lsn(lsn));
+        }
+        // With the state locked: a flush must not pick the old segment now.
+        match segment::create(self.dir.as_ref(), lsn) {
+            Ok(file) => {
+                state.segments.push(Segment {
+                    first_lsn: lsn,
+                    file,
+                });
+                state.extent_lsn = lsn;
+                state.stats.segments_started += 1;
+                Ok(Lsn(lsn))
+            }
+            Err(e) => {
+                // A half-made segment may be left; recovery removes it.
+                state.failure = Some(e.to_string());
+                self.flushed.notify_all();
+                Err(e)
+            }
+        }
     }
 
     /// Records a checkpoint: recovery will start at `lsn`, which must be
     /// durable already (every page change before it is in the data file,
-    /// and synced), and the ring before it is free for reuse. `payload` is
-    /// stored with it for the layer above.
+    /// and synced). `payload` is stored with it for the layer above. Then
+    /// deletes the segments that end at or before `lsn` (a checkpoint at
+    /// the LSN [`Wal::rotate`] returned deletes all but the newest).
     ///
     /// The two slots are written alternately and synced, so a crash during
     /// this call leaves the previous checkpoint valid.
@@ -703,7 +648,7 @@ impl Wal {
         // Checkpoints are serialized with each other, but the state mutex is
         // not held across the slot's write and sync, so appends and group
         // commits go on meanwhile; until the slot is durable, the old
-        // checkpoint still bounds the ring (the conservative choice).
+        // checkpoint still bounds the log (the conservative choice).
         let _checkpointing = self.checkpoint_lock.lock();
         let next = {
             let state = self.state.lock();
@@ -715,74 +660,46 @@ impl Wal {
                 state.checkpoint.lsn
             );
             Checkpoint {
+                format_version: CHECKPOINT_FORMAT_VERSION,
                 sequence: state.checkpoint.sequence + 1,
                 lsn,
-                ring_bytes: self.layout.ring_bytes,
-                // Until the lap is whole, a crash may leave the file short.
-                ring_growing: state.unwritten.is_some(),
+                log_bytes: self.log_bytes,
+                ring_growing: false,
                 payload: payload.to_vec(),
             }
         };
         let slot = (next.sequence % 2) as usize;
-        let written = write_checkpoint(self.file.as_ref(), &self.layout, slot, &next);
-        let mut state = self.state.lock();
-        if let Err(e) = written {
-            state.failure = Some(e.to_string());
-            self.flushed.notify_all();
-            return Err(e);
-        }
-        state.stats.checkpoint_lsn = lsn.0;
-        state.checkpoint = next;
-        Ok(())
-    }
-
-    /// Restarts an empty log at the start of its ring and gives the ring's
-    /// space back to the file system: if the log holds nothing after the
-    /// checkpoint (a clean close, the end of a compaction), writes a slot at
-    /// the next lap's first LSN, flagged [`Checkpoint::ring_growing`], then
-    /// truncates the file to its two slots. The file grows again as the log
-    /// is written, up to the ring. A crash between the two steps leaves a
-    /// whole ring whose log starts at that LSN: empty. Returns whether it
-    /// restarted. The caller keeps appends out (the Db's write mutex).
-    pub fn restart_ring(&self) -> Result<bool> {
-        let _checkpointing = self.checkpoint_lock.lock();
-        // Held across the slot's write and the truncation (two syncs, at a
-        // close or after a compaction), unlike a checkpoint's: an append in
-        // between would land in the ring being cut.
-        let mut state = self.state.lock();
-        check_failure(&state)?;
-        // Nothing but a flush's sector padding after the checkpoint.
-        let empty_after = state.buffer.is_empty()
-            && state.buffer_lsn <= self.layout.round_up(state.checkpoint.lsn.0);
-        if !empty_after || state.flushing {
-            return Ok(false);
-        }
-        let restarted = restart(
-            self.file.as_ref(),
-            &self.layout,
-            &state.checkpoint,
-            state.buffer_lsn,
-        );
-        let next = match restarted {
-            Ok(next) => next,
-            Err(e) => {
+        let written = write_checkpoint(self.control.as_ref(), self.sector_bytes, slot, &next);
+        let dead: Vec<Segment> = {
+            let mut state = self.state.lock();
+            if let Err(e) = written {
                 state.failure = Some(e.to_string());
                 self.flushed.notify_all();
                 return Err(e);
             }
+            state.stats.checkpoint_lsn = lsn.0;
+            state.checkpoint = next;
+            // A segment is dead once the next one starts at or before the
+            // checkpoint; the newest never is.
+            let live_from = state
+                .segments
+                .iter()
+                .rposition(|s| s.first_lsn <= lsn.0)
+                .unwrap_or(0);
+            state.stats.segments_removed += live_from as u64;
+            state.segments.drain(..live_from).collect()
         };
-        let lsn = next.lsn.0;
-        state.buffer_lsn = lsn;
-        state.unwritten = Some(Unwritten {
-            from_lsn: lsn,
-            until_lsn: lsn + self.layout.ring_bytes,
-        });
-        state.stats.durable_lsn = lsn;
-        state.stats.checkpoint_lsn = lsn;
-        state.stats.ring_restarts += 1;
-        state.checkpoint = next;
-        self.durable_lsn.store(lsn, Ordering::Release);
-        Ok(true)
+        // No flush writes to a segment before the newest, and recovery reads
+        // none before the checkpoint's: deleting them needs no lock.
+        for segment in dead {
+            let first_lsn = segment.first_lsn;
+            drop(segment);
+            if let Err(e) = self.dir.remove_segment(first_lsn) {
+                // Only space is lost: recovery deletes it too.
+                tracing::warn!(first_lsn, "cannot delete a log segment: {e}");
+            }
+        }
+        Ok(())
     }
 
     /// The newest checkpoint written.
@@ -792,10 +709,19 @@ impl Wal {
 
     /// Counters for status output.
     pub fn stats(&self) -> WalStats {
-        let state = self.state.lock();
-        let mut stats = state.stats.clone();
-        stats.next_lsn = state.next_lsn();
+        let (mut stats, files) = {
+            let state = self.state.lock();
+            let files: Vec<_> = state.segments.iter().map(|s| s.file.clone()).collect();
+            let mut stats = state.stats.clone();
+            stats.next_lsn = state.next_lsn();
+            (stats, files)
+        };
         stats.durable_lsn = self.durable_lsn.load(Ordering::Acquire);
+        stats.segments = files.len() as u64;
+        stats.file_bytes = std::iter::once(&self.control)
+            .chain(&files)
+            .map(|f| f.len().unwrap_or(0))
+            .sum();
         stats
     }
 }
@@ -809,13 +735,15 @@ fn check_failure(state: &State) -> Result<()> {
     }
 }
 
-fn read_checkpoint(file: &dyn BlockFile, layout: &Layout) -> Result<Option<Checkpoint>> {
-    if file.len()? == 0 {
+/// The newest checkpoint slot of the control file; `None` for an empty
+/// file (a new log).
+fn read_checkpoint(control: &dyn BlockFile, sector_bytes: u64) -> Result<Option<Checkpoint>> {
+    if control.len()? == 0 {
         return Ok(None);
     }
-    let sector = layout.sector_bytes as usize;
-    let mut buf = file.alloc_buf(2 * sector);
-    file.read_at(0, &mut buf)?;
+    let sector = sector_bytes as usize;
+    let mut buf = control.alloc_buf(2 * sector);
+    control.read_at(0, &mut buf)?;
     let slots = [
         Checkpoint::decode(&buf[..sector], 0),
         Checkpoint::decode(&buf[sector..], 1),
@@ -829,301 +757,149 @@ fn read_checkpoint(file: &dyn BlockFile, layout: &Layout) -> Result<Option<Check
     }
 }
 
-/// Makes a new log: its slots, and the ring up to the first LSN (zeros);
-/// the rest of the ring grows as the log is written.
-fn create(file: &dyn BlockFile, layout: &Layout) -> Result<Checkpoint> {
-    let lsn = layout.first_lsn();
-    file.set_len(layout.ring_start_bytes + lsn.0 % layout.ring_bytes)?;
+/// The first LSN of a new log.
+fn first_lsn(sector_bytes: u64) -> u64 {
+    sector_bytes.max(4096)
+}
+
+/// Makes a new log: its first segment, then the control file with its
+/// first checkpoint. Segment files found without a checkpoint were made by
+/// a creation cut short and hold nothing; any that holds log is damage.
+fn create(
+    dir: &dyn LogDir,
+    control: &dyn BlockFile,
+    sector_bytes: u64,
+    log_bytes: u64,
+) -> Result<Checkpoint> {
+    let header_bytes = segment::header_bytes(sector_bytes);
+    for first_lsn in dir.segments()? {
+        if dir.open_segment(first_lsn, false)?.len()? > header_bytes {
+            return Err(Error::LogCorrupted {
+                lsn: Lsn(first_lsn),
+                reason: "a log segment holds log but the log has no checkpoint",
+            });
+        }
+        dir.remove_segment(first_lsn)?;
+    }
+    let lsn = first_lsn(sector_bytes);
+    segment::create(dir, lsn)?;
+    control.set_len(ring::ring_start_bytes(sector_bytes))?;
     let checkpoint = Checkpoint {
+        format_version: CHECKPOINT_FORMAT_VERSION,
         sequence: 0,
-        lsn,
-        ring_bytes: layout.ring_bytes,
-        ring_growing: true,
+        lsn: Lsn(lsn),
+        log_bytes,
+        ring_growing: false,
         payload: Vec::new(),
     };
-    write_checkpoint(file, layout, 0, &checkpoint)?;
+    write_checkpoint(control, sector_bytes, 0, &checkpoint)?;
     Ok(checkpoint)
 }
 
-/// Restarts an empty log (see [`Wal::restart_ring`]): a slot at the first
-/// LSN at or after `from_lsn` where a lap starts, flagged growing, then the
-/// file cut to its slots. Everything before `from_lsn` must be durable and
-/// checkpointed. Returns the new checkpoint.
-fn restart(
-    file: &dyn BlockFile,
-    layout: &Layout,
-    checkpoint: &Checkpoint,
-    from_lsn: u64,
-) -> Result<Checkpoint> {
-    let next = Checkpoint {
-        sequence: checkpoint.sequence + 1,
-        lsn: Lsn(from_lsn.next_multiple_of(layout.ring_bytes)),
-        ring_bytes: layout.ring_bytes,
-        ring_growing: true,
-        payload: checkpoint.payload.clone(),
-    };
-    write_checkpoint(file, layout, (next.sequence % 2) as usize, &next)?;
-    file.set_len(layout.ring_start_bytes)?;
-    file.sync_data()?;
-    Ok(next)
-}
-
 fn write_checkpoint(
-    file: &dyn BlockFile,
-    layout: &Layout,
+    control: &dyn BlockFile,
+    sector_bytes: u64,
     slot: usize,
     checkpoint: &Checkpoint,
 ) -> Result<()> {
-    let mut sector = file.alloc_buf(layout.sector_bytes as usize);
+    let mut sector = control.alloc_buf(sector_bytes as usize);
     checkpoint.encode(&mut sector);
-    file.write_at(slot as u64 * layout.sector_bytes, &sector)?;
-    file.sync_data()?;
+    control.write_at(slot as u64 * sector_bytes, &sector)?;
+    control.sync_data()?;
     Ok(())
 }
 
-/// Where recovery ended, for [`clean_tail`].
-struct Tail {
-    /// The end of the last group applied: the log goes on from here.
-    end_lsn: u64,
-    /// The end of the last valid group (after `end_lsn` if the log ends
-    /// inside a write that spans several groups).
-    log_end: u64,
-    checkpoint_lsn: u64,
+/// Opens the segments from the one holding `checkpoint` on (deleting those
+/// before it, which a checkpoint did not get to delete), replays them, and
+/// cleans the tail. Returns the segments and the LSN where appends go on.
+fn recover(
+    dir: &dyn LogDir,
+    checkpoint: &Checkpoint,
+    sector_bytes: u64,
     window_bytes: u64,
-    /// A growing ring's file ends at this LSN (`u64::MAX`: a whole ring).
-    readable_end: u64,
-}
-
-/// Zeroes the part of the ring after the end of the log that the last,
-/// interrupted flush may have written, and syncs. Nothing there was
-/// acknowledged; left in place, a record of it could be replayed after a
-/// later crash, behind records written after this recovery. The groups of
-/// an unfinished write (between `end_lsn` and `log_end`) are zeroed too:
-/// a group appended after them must never finish that write. A growing
-/// ring's file holds nothing past its end, so that part is left alone.
-fn clean_tail(file: &dyn BlockFile, layout: &Layout, tail: &Tail) -> Result<()> {
-    let start = tail.end_lsn - tail.end_lsn % layout.sector_bytes;
-    let live_end = tail.checkpoint_lsn + layout.ring_bytes;
-    let live_end = live_end - live_end % layout.sector_bytes;
-    let limit = live_end
-        .min(layout.round_up(tail.log_end + tail.window_bytes))
-        .min(tail.readable_end);
-    if limit <= start {
-        return Ok(());
+    apply: &mut impl FnMut(&LoggedGroup) -> Result<()>,
+) -> Result<(Vec<Segment>, u64)> {
+    let header_bytes = segment::header_bytes(sector_bytes);
+    let round_up = |lsn: u64| lsn.next_multiple_of(sector_bytes);
+    let mut firsts = dir.segments()?;
+    let Some(at) = firsts.iter().rposition(|&f| f <= checkpoint.lsn.0) else {
+        return Err(Error::LogCorrupted {
+            lsn: checkpoint.lsn,
+            reason: "the log segment holding the checkpoint is missing",
+        });
+    };
+    for &first_lsn in &firsts[..at] {
+        dir.remove_segment(first_lsn)?;
     }
-    // Keep the bytes of the sector that holds the end of the log.
-    let mut first = file.alloc_buf(layout.sector_bytes as usize);
-    read_ring(file, layout, start, &mut first)?;
-    first[(tail.end_lsn - start) as usize..].fill(0);
-    write_ring(file, layout, start, &first)?;
-    let zeros = vec![0u8; RECOVERY_READ_BYTES as usize];
-    let mut at = start + layout.sector_bytes;
-    while at < limit {
-        let len = (limit - at).min(RECOVERY_READ_BYTES);
-        write_ring(file, layout, at, &zeros[..len as usize])?;
-        at += len;
-    }
-    file.sync_data()?;
-    Ok(())
-}
-
-/// Writes `data` at `lsn` of the ring, in two pieces where it wraps. Data
-/// already aligned for the file and not wrapping is written without a copy
-/// (a flush's buffer); anything else goes through aligned copies.
-fn write_ring(file: &dyn BlockFile, layout: &Layout, lsn: u64, data: &[u8]) -> Result<()> {
-    let aligned = (data.as_ptr() as usize).is_multiple_of(file.alignment().mem_bytes);
-    let mut done = 0usize;
-    for (offset, len) in layout.pieces(lsn, data.len() as u64) {
-        if len == 0 {
-            continue;
-        }
-        let len = len as usize;
-        if aligned && done == 0 && len == data.len() {
-            file.write_at(offset, data)?;
-        } else {
-            let mut piece = file.alloc_buf(len);
-            piece.copy_from_slice(&data[done..done + len]);
-            file.write_at(offset, &piece)?;
-        }
-        done += len;
-    }
-    Ok(())
-}
-
-fn read_ring(file: &dyn BlockFile, layout: &Layout, lsn: u64, out: &mut [u8]) -> Result<()> {
-    let mut done = 0usize;
-    for (offset, len) in layout.pieces(lsn, out.len() as u64) {
-        if len == 0 {
-            continue;
-        }
-        let mut piece = file.alloc_buf(len as usize);
-        file.read_at(offset, &mut piece)?;
-        out[done..done + len as usize].copy_from_slice(&piece);
-        done += len as usize;
-    }
-    Ok(())
-}
-
-/// Where a replay ended.
-struct Replayed {
-    /// Just past the last group applied.
-    end_lsn: u64,
-    /// Just past the last valid group: after `end_lsn` when the log ends
-    /// inside an unfinished write.
-    log_end: u64,
-}
-
-/// Reads the ring during recovery through a window of sector-aligned reads.
-struct Reader<'a> {
-    file: &'a dyn BlockFile,
-    layout: Layout,
-    window_lsn: u64,
-    window: Vec<u8>,
-    start_lsn: u64,
-    /// Past this LSN the file has ended: zeros (a growing ring).
-    readable_end: u64,
-}
-
-impl<'a> Reader<'a> {
-    fn new(
-        file: &'a dyn BlockFile,
-        layout: Layout,
-        start_lsn: u64,
-        readable_end: u64,
-    ) -> Reader<'a> {
-        Reader {
-            file,
-            layout,
-            window_lsn: 0,
-            window: Vec::new(),
-            start_lsn,
-            readable_end,
-        }
-    }
-
-    /// The bytes `[lsn, lsn + len)`, which must lie within one ring's span
-    /// of the checkpoint.
-    fn bytes(&mut self, lsn: u64, len: usize) -> Result<&[u8]> {
-        let end = lsn + len as u64;
-        let covered = lsn >= self.window_lsn && end <= self.window_lsn + self.window.len() as u64;
-        if !covered {
-            let from = lsn - lsn % self.layout.sector_bytes;
-            let to = self.layout.round_up(end.max(from + RECOVERY_READ_BYTES));
-            let to = to
-                .min(from + self.layout.ring_bytes)
-                .max(self.layout.round_up(end));
-            self.window.resize((to - from) as usize, 0);
-            let readable = self.readable_end.clamp(from, to);
-            let (file_part, past_end) = self.window.split_at_mut((readable - from) as usize);
-            read_ring(self.file, &self.layout, from, file_part)?;
-            past_end.fill(0);
-            self.window_lsn = from;
-        }
-        let at = (lsn - self.window_lsn) as usize;
-        Ok(&self.window[at..at + len])
-    }
-
-    /// The header of a group that validly starts at `lsn`, if any.
-    fn header_at(&mut self, lsn: u64) -> Result<Option<GroupHeader>> {
-        let limit = self.start_lsn + self.layout.ring_bytes;
-        if lsn + GROUP_HEADER_BYTES as u64 > limit {
-            return Ok(None);
-        }
-        let bytes: [u8; GROUP_HEADER_BYTES] = self
-            .bytes(lsn, GROUP_HEADER_BYTES)?
-            .try_into()
-            .map_err(|_| Error::LogCorrupted {
-                lsn: Lsn(lsn),
-                reason: "short read",
-            })?;
-        let Some(header) = record::parse_header(&bytes) else {
-            return Ok(None);
-        };
-        if header.lsn.0 != lsn || lsn + header.group_len_bytes as u64 > limit {
-            return Ok(None);
-        }
-        Ok(Some(header))
-    }
-
-    /// Replays groups from the start until the end of the log. A write
-    /// that spans several groups (each but its last marked `continued`) is
-    /// applied only once its last group is read; if the log ends before,
-    /// its groups are dropped: it was never acknowledged, and none of its
-    /// pages reached the data file (they stay pinned until it is logged).
-    fn replay(&mut self, apply: &mut impl FnMut(&LoggedGroup) -> Result<()>) -> Result<Replayed> {
-        let mut lsn = self.start_lsn;
-        let mut end_lsn = lsn;
-        let mut unfinished: Vec<LoggedGroup> = Vec::new();
-        loop {
-            let Some(header) = self.header_at(lsn)? else {
-                let aligned = self.layout.round_up(lsn);
-                if aligned != lsn && self.is_zero(lsn, (aligned - lsn) as usize)? {
-                    // Padding at the end of a flush; the next one starts at
-                    // the sector boundary.
-                    if self.header_at(aligned)?.is_some() {
-                        lsn = aligned;
-                        continue;
-                    }
-                }
-                break;
-            };
-            let bytes = self.bytes(lsn, header.group_len_bytes)?;
-            if !record::crc_matches(bytes) {
+    firsts.drain(..at);
+    let mut segments: Vec<Segment> = Vec::new();
+    for (i, &first_lsn) in firsts.iter().enumerate() {
+        let file = dir.open_segment(first_lsn, false)?;
+        if !segment::header_is_valid(file.as_ref(), first_lsn)? {
+            // A segment whose creation was cut short: the newest, after the
+            // checkpoint's, and nothing in it (appends wait for its header).
+            if i > 0 && i + 1 == firsts.len() && file.len()? <= header_bytes {
+                drop(file);
+                dir.remove_segment(first_lsn)?;
                 break;
             }
-            if header.kind == GroupKind::Redo {
-                let group = LoggedGroup::new(header, bytes.to_vec());
-                if header.continued {
-                    unfinished.push(group);
-                } else {
-                    for earlier in unfinished.drain(..) {
-                        apply(&earlier)?;
-                    }
-                    apply(&group)?;
-                }
-            }
-            lsn += header.group_len_bytes as u64;
-            if unfinished.is_empty() {
-                end_lsn = lsn;
-            }
+            return Err(Error::LogCorrupted {
+                lsn: Lsn(first_lsn),
+                reason: "a log segment's header is damaged",
+            });
         }
-        if let Some(first) = unfinished.first() {
-            tracing::warn!(
-                groups = unfinished.len(),
-                lsn = first.lsn.0,
-                "recovery dropped a write whose last log group is missing"
-            );
-        }
-        Ok(Replayed {
-            end_lsn,
-            log_end: lsn,
-        })
+        segments.push(Segment { first_lsn, file });
     }
+    let source = SegmentSource::new(&segments, sector_bytes)?;
+    let mut reader = Reader::new(&source, checkpoint.lsn.0);
+    let Replayed { end_lsn, log_end } = reader.replay(apply)?;
+    let last_first = segments.last().map_or(checkpoint.lsn.0, |s| s.first_lsn);
+    if round_up(log_end) < last_first {
+        // A segment starts only once everything before it is synced.
+        return Err(Error::LogCorrupted {
+            lsn: Lsn(log_end),
+            reason: "the log ends before its last segment starts",
+        });
+    }
+    reader.check_nothing_synced_after(log_end, source.limit())?;
+    // Zero what the interrupted flush may have written after the end (one
+    // buffer plus one group), and the groups of an unfinished write.
+    let limit = round_up(log_end + window_bytes).min(source.limit());
+    clean_tail(&segments, sector_bytes, end_lsn, limit)?;
+    Ok((segments, round_up(end_lsn).max(last_first)))
+}
 
-    fn is_zero(&mut self, lsn: u64, len: usize) -> Result<bool> {
-        Ok(self.bytes(lsn, len)?.iter().all(|&b| b == 0))
-    }
-
-    /// Fails if a valid flush-start marker lies after `end_lsn`: the flush
-    /// it starts was written only after everything before it was synced, so
-    /// the group that ended replay at `end_lsn` was damaged after a sync.
-    fn check_nothing_synced_after(&mut self, end_lsn: u64, checkpoint_lsn: u64) -> Result<()> {
-        let limit = (checkpoint_lsn + self.layout.ring_bytes).min(self.readable_end);
-        let mut lsn = self.layout.round_up(end_lsn + 1);
-        while lsn + GROUP_HEADER_BYTES as u64 <= limit {
-            if let Some(header) = self.header_at(lsn)?
-                && header.kind == GroupKind::FlushStart
-                && record::crc_matches(self.bytes(lsn, header.group_len_bytes)?)
-            {
-                return Err(Error::LogCorrupted {
-                    lsn: Lsn(end_lsn),
-                    reason: "a damaged group is followed by synced records",
-                });
-            }
-            lsn += self.layout.sector_bytes;
+/// Zeroes the log stream over `[end_lsn, limit)` where the segments' files
+/// hold it, keeping the bytes before `end_lsn` in its sector, and syncs.
+/// Nothing there was acknowledged; left in place, a record of it could be
+/// replayed after a later crash, behind records written after this
+/// recovery. The groups of an unfinished write (after `end_lsn`) are
+/// zeroed too: a group appended after them must never finish that write.
+fn clean_tail(segments: &[Segment], sector_bytes: u64, end_lsn: u64, limit: u64) -> Result<()> {
+    let header_bytes = segment::header_bytes(sector_bytes);
+    for (i, segment) in segments.iter().enumerate() {
+        let until = segments.get(i + 1).map_or(u64::MAX, |s| s.first_lsn);
+        let file_end = segment.first_lsn + segment.file.len()?.saturating_sub(header_bytes);
+        let from = end_lsn.max(segment.first_lsn);
+        let to = limit.min(until).min(file_end);
+        if from >= to {
+            continue;
         }
-        Ok(())
+        let offset = |lsn: u64| header_bytes + (lsn - segment.first_lsn);
+        let mut at = from - from % sector_bytes;
+        if at < from {
+            let mut first = segment.file.alloc_buf(sector_bytes as usize);
+            segment.file.read_at(offset(at), &mut first)?;
+            first[(from - at) as usize..].fill(0);
+            segment.file.write_at(offset(at), &first)?;
+            at += sector_bytes;
+        }
+        if at < to {
+            segment.file.write_zeros(offset(at), to - at)?;
+        }
+        segment.file.sync_data()?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

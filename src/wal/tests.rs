@@ -1,10 +1,14 @@
 //! Tests of the write-ahead log against a model of what was acknowledged.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use barracuda_codec::{Lsn, PageId};
-use barracuda_io::{BlockFile, FaultConfig, FaultFile, MemoryFile};
+use barracuda_io::{
+    BlockFile, CompletionSender, FaultConfig, FaultFile, IoError, IoRequest, MemoryFile,
+};
+use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -43,31 +47,45 @@ fn sequence_of(group: &LoggedGroup) -> u64 {
     u64::from_le_bytes(bytes.try_into().unwrap())
 }
 
-fn replay(file: Arc<dyn BlockFile>, options: &WalOptions) -> Result<(Wal, Vec<u64>)> {
+/// Opens the log in `dir`, returning it and the sequence numbers replayed.
+fn replay(dir: &Arc<MemLogDir>, options: &WalOptions) -> Result<(Wal, Vec<u64>)> {
     let mut seen = Vec::new();
-    let (wal, _) = Wal::open(file, options, |group| {
+    let (wal, _) = Wal::open(dir.clone(), options, |group| {
         seen.push(sequence_of(group));
         Ok(())
     })?;
     Ok((wal, seen))
 }
 
-/// A log of `ring_bytes` with a 16 KiB buffer (flushes come often).
-fn with_ring(ring_bytes: u64) -> WalOptions {
+/// A log with a budget of `log_bytes` and a 16 KiB buffer (flushes come
+/// often).
+fn with_budget(log_bytes: u64) -> WalOptions {
     WalOptions::default()
-        .ring_bytes(ring_bytes)
+        .log_bytes(log_bytes)
         .buffer_bytes_max(16 << 10)
 }
 
 fn small() -> WalOptions {
-    with_ring(256 << 10)
+    with_budget(256 << 10)
+}
+
+fn new_dir() -> Arc<MemLogDir> {
+    Arc::new(MemLogDir::default())
+}
+
+/// Starts a segment and checkpoints at its start, as the Db does once the
+/// pages are written (here: nothing to write).
+fn checkpoint_now(wal: &Wal, payload: &[u8]) -> Lsn {
+    let lsn = wal.rotate().unwrap();
+    wal.checkpoint(lsn, payload).unwrap();
+    lsn
 }
 
 #[test]
 fn appended_groups_replay_in_order_after_reopen() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let dir = new_dir();
     let mut rng = SmallRng::seed_from_u64(1);
-    let (wal, seen) = replay(file.clone(), &small()).unwrap();
+    let (wal, seen) = replay(&dir, &small()).unwrap();
     assert!(seen.is_empty());
     let mut last = Lsn(0);
     for n in 0..100 {
@@ -81,73 +99,76 @@ fn appended_groups_replay_in_order_after_reopen() {
     }
     wal.flush_to(last).unwrap();
     drop(wal);
-    let (_, seen) = replay(file, &small()).unwrap();
+    let (_, seen) = replay(&dir, &small()).unwrap();
     assert_eq!(seen, (0..100).collect::<Vec<_>>());
 }
 
 #[test]
-fn the_log_wraps_around_its_ring_behind_checkpoints() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+fn checkpoints_delete_the_segments_before_them() {
+    let dir = new_dir();
     let options = WalOptions::default()
-        .ring_bytes(64 << 10)
+        .log_bytes(64 << 10)
         .buffer_bytes_max(4 << 10);
     let mut rng = SmallRng::seed_from_u64(2);
-    let (wal, _) = replay(file.clone(), &options).unwrap();
+    let (wal, _) = replay(&dir, &options).unwrap();
     let mut first_after_checkpoint = 0;
+    let mut checkpoints = 0;
     for n in 0..2000u64 {
         let range = match wal.append(&numbered_group(n, &mut rng)) {
             Ok(range) => range,
             Err(Error::LogFull { .. }) => {
-                // Everything so far is "in the data file": checkpoint at the
-                // durable end and retry.
-                wal.flush_to(wal.next_lsn()).unwrap();
-                wal.checkpoint(wal.durable_lsn(), b"x").unwrap();
+                // Everything so far is "in the data file": checkpoint at
+                // the end of the log and retry.
+                checkpoint_now(&wal, b"x");
+                checkpoints += 1;
                 first_after_checkpoint = n;
                 wal.append(&numbered_group(n, &mut rng)).unwrap()
             }
             Err(e) => panic!("{e}"),
         };
         wal.flush_to(range.end).unwrap();
+        // Never more than the segment being written and one before it.
+        assert!(dir.segments().unwrap().len() <= 2);
     }
+    assert!(checkpoints > 10, "{checkpoints} checkpoints");
+    let stats = wal.stats();
+    assert_eq!(stats.segments_removed, checkpoints);
+    assert_eq!(stats.segments, 1);
     assert!(
-        wal.stats().next_lsn > 4 * wal.ring_bytes(),
-        "the ring wrapped several times"
+        stats.file_bytes < (64 << 10) + ZERO_AHEAD_BYTES + (16 << 10),
+        "{stats:?}"
     );
     drop(wal);
-    let (_, seen) = replay(file, &options).unwrap();
+    let (_, seen) = replay(&dir, &options).unwrap();
     assert_eq!(seen, (first_after_checkpoint..2000).collect::<Vec<_>>());
 }
 
 #[test]
-fn a_full_ring_is_an_error_until_a_checkpoint() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+fn a_full_log_is_an_error_until_a_checkpoint() {
+    let dir = new_dir();
     let options = WalOptions::default()
-        .ring_bytes(64 << 10)
+        .log_bytes(64 << 10)
         .buffer_bytes_max(4 << 10);
-    let (wal, _) = replay(file, &options).unwrap();
+    let (wal, _) = replay(&dir, &options).unwrap();
     let mut group = RedoGroup::new();
     group.patch(PageId(1), 0, &[7; 1000]);
     let mut full = None;
     for _ in 0..100 {
-        match wal.append(&group) {
-            Ok(_) => {}
-            Err(e) => {
-                full = Some(e);
-                break;
-            }
+        if let Err(e) = wal.append(&group) {
+            full = Some(e);
+            break;
         }
     }
     assert!(matches!(full, Some(Error::LogFull { .. })), "{full:?}");
-    wal.flush_to(wal.next_lsn()).unwrap();
-    wal.checkpoint(wal.durable_lsn(), &[]).unwrap();
+    checkpoint_now(&wal, &[]);
     wal.append(&group).unwrap();
 }
 
 #[test]
 fn concurrent_committers_share_syncs() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
-    let options = WalOptions::default().ring_bytes(8 << 20);
-    let (wal, _) = replay(file.clone(), &options).unwrap();
+    let dir = new_dir();
+    let options = WalOptions::default().log_bytes(8 << 20);
+    let (wal, _) = replay(&dir, &options).unwrap();
     let wal = Arc::new(wal);
     let next = Arc::new(AtomicU64::new(0));
     let threads = 8;
@@ -177,27 +198,182 @@ fn concurrent_committers_share_syncs() {
         "{flushes} flushes for {commits} commits"
     );
     drop(wal);
-    let (_, mut seen) = replay(file, &options).unwrap();
+    let (_, mut seen) = replay(&dir, &options).unwrap();
     seen.sort_unstable();
     assert_eq!(seen, (0..commits).collect::<Vec<_>>());
 }
 
-/// One crash epoch: appends groups `first..first + count`, flushing now and
-/// then, until a flush fails (the injected sync error: the moment of the
-/// crash, with that flush's write in the file but not synced). Returns the
-/// end of the acknowledged sequence numbers and of the appended ones.
-fn run_until_crash(wal: &Wal, first: u64, count: u64, rng: &mut SmallRng) -> (u64, u64) {
-    let mut acknowledged = first;
-    for n in first..first + count {
-        let range = wal.append(&numbered_group(n, rng)).unwrap();
-        if rng.random_bool(0.3) {
-            if wal.flush_to(range.end).is_err() {
-                return (acknowledged, n + 1);
-            }
-            acknowledged = n + 1;
+/// A file of a crashing log: its syncs are counted over all the log's
+/// files, and from the `fail_at`-th on they fail (the moment of the crash)
+/// without reaching the fault file below, whose unsynced writes the crash
+/// then keeps, drops or tears.
+#[derive(Debug)]
+struct CrashAt {
+    inner: Arc<FaultFile>,
+    syncs: Arc<AtomicU64>,
+    fail_at: u64,
+}
+
+impl BlockFile for CrashAt {
+    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> std::result::Result<(), IoError> {
+        self.inner.read_at(offset_bytes, buf)
+    }
+
+    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> std::result::Result<(), IoError> {
+        self.inner.write_at(offset_bytes, data)
+    }
+
+    fn sync_data(&self) -> std::result::Result<(), IoError> {
+        if self.syncs.fetch_add(1, Ordering::Relaxed) + 1 >= self.fail_at {
+            return Err(IoError::FsyncFailed {
+                path: self.path().to_path_buf(),
+                source: std::io::Error::other("the power went out"),
+            });
+        }
+        self.inner.sync_data()
+    }
+
+    fn len(&self) -> std::result::Result<u64, IoError> {
+        self.inner.len()
+    }
+
+    fn set_len(&self, len_bytes: u64) -> std::result::Result<(), IoError> {
+        self.inner.set_len(len_bytes)
+    }
+
+    fn alignment(&self) -> barracuda_io::Alignment {
+        self.inner.alignment()
+    }
+
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+
+    fn submit(&self, requests: Vec<IoRequest>, completions: &CompletionSender) {
+        self.inner.submit(requests, completions);
+    }
+}
+
+/// A log whose files crash at the `fail_at`-th sync (see [`CrashAt`]),
+/// over the memory files of `base` (new ones are made there too).
+struct Crashing {
+    dir: Arc<MemLogDir>,
+    faults: Arc<Mutex<Vec<Arc<FaultFile>>>>,
+}
+
+impl Crashing {
+    fn new(base: &MemLogDir, seed: u64, fail_at: u64) -> Crashing {
+        let faults: Arc<Mutex<Vec<Arc<FaultFile>>>> = Arc::default();
+        let syncs = Arc::new(AtomicU64::new(0));
+        let captured = faults.clone();
+        let make: FileWrap = Arc::new(move |_: &Path, file: Arc<dyn BlockFile>| {
+            let mut faults = captured.lock();
+            let config = FaultConfig::default()
+                .seed(seed * 100 + faults.len() as u64)
+                .tear_writes(true);
+            let fault = Arc::new(FaultFile::new(file, config));
+            faults.push(fault.clone());
+            Arc::new(CrashAt {
+                inner: fault,
+                syncs: syncs.clone(),
+                fail_at,
+            }) as Arc<dyn BlockFile>
+        });
+        Crashing {
+            dir: Arc::new(base.reopen_with(make)),
+            faults,
         }
     }
-    (acknowledged, first + count)
+
+    /// Every file loses what it did not sync; returns the files as they
+    /// are then.
+    fn crash(self) -> Arc<MemLogDir> {
+        for fault in self.faults.lock().iter() {
+            fault.crash().unwrap();
+        }
+        Arc::new(self.dir.reopen_with(Arc::new(|_: &Path, file| file)))
+    }
+}
+
+/// What one crash epoch did: acknowledged and appended sequence numbers
+/// (ends), and where the replay may start: the first number after the last
+/// checkpoint recorded (the epoch's first if none), or either of two if
+/// the crash came while the last one was being recorded.
+struct Epoch {
+    acknowledged: u64,
+    appended: u64,
+    starts: Vec<u64>,
+}
+
+/// One crash epoch: appends groups `first..first + count`, flushing now and
+/// then and now and then checkpointing (a new segment), until a flush fails
+/// (the injected sync error: the moment of the crash, with that flush's
+/// write in the file but not synced).
+fn run_until_crash(wal: &Wal, first: u64, count: u64, rng: &mut SmallRng) -> Epoch {
+    let mut epoch = Epoch {
+        acknowledged: first,
+        appended: first,
+        starts: vec![first],
+    };
+    for n in first..first + count {
+        let Ok(range) = wal.append(&numbered_group(n, rng)) else {
+            return epoch;
+        };
+        epoch.appended = n + 1;
+        if rng.random_bool(0.3) {
+            if wal.flush_to(range.end).is_err() {
+                return epoch;
+            }
+            epoch.acknowledged = n + 1;
+        }
+        if rng.random_bool(0.08) {
+            let Ok(lsn) = wal.rotate() else {
+                return epoch;
+            };
+            epoch.acknowledged = n + 1;
+            if wal.checkpoint(lsn, b"").is_err() {
+                epoch.starts.push(n + 1);
+                return epoch;
+            }
+            epoch.starts = vec![n + 1];
+        }
+    }
+    epoch
+}
+
+/// Checks the replay after an epoch's crash: `prefix` (what the epoch
+/// started from) then the epoch's groups from `base`, if no checkpoint of
+/// the epoch took; else the epoch's groups from where one did. Returns
+/// whether the crash cut the epoch's groups short.
+fn check_replay(seed: u64, seen: &[u64], prefix: &[u64], base: u64, epoch: &Epoch) -> bool {
+    let latest = epoch.starts.iter().copied().max().unwrap_or(base);
+    let continues = epoch.starts.contains(&base)
+        && seen.starts_with(prefix)
+        && seen.get(prefix.len()) == Some(&base);
+    let (ours, start) = if continues {
+        (&seen[prefix.len()..], base)
+    } else if let Some(&first) = seen.first().filter(|&&n| n >= base) {
+        assert!(
+            epoch.starts.contains(&first),
+            "seed {seed}: replay starts at {first}, not at one of {:?}: {seen:?}",
+            epoch.starts
+        );
+        (seen, first)
+    } else if seen.is_empty() {
+        // Nothing replayed: from the epoch's latest checkpoint, if one took.
+        (seen, latest)
+    } else {
+        // What the epoch started from, and nothing of its own.
+        assert_eq!(seen, prefix, "seed {seed}");
+        (&seen[..0], base)
+    };
+    check_prefix(
+        ours,
+        start,
+        epoch.acknowledged.max(start),
+        epoch.appended.max(start),
+    );
+    start + (ours.len() as u64) < epoch.appended
 }
 
 /// Checks a replay after a crash: it is a prefix of what was appended, in
@@ -218,58 +394,37 @@ fn check_prefix(seen: &[u64], expected_start: u64, acknowledged: u64, appended: 
     assert!(end <= appended);
 }
 
-/// A fault file over `inner` whose `nth` sync fails, leaving the write of
-/// that flush unsynced for the crash to keep, drop or tear.
-fn crashing_file(inner: &Arc<dyn BlockFile>, seed: u64, nth: u64) -> Arc<FaultFile> {
-    use barracuda_io::{FaultErrno, FaultOp, FaultRule};
-    let config = FaultConfig::default()
-        .seed(seed)
-        .tear_writes(true)
-        .rule(FaultRule::Nth {
-            op: FaultOp::Sync,
-            nth,
-            errno: FaultErrno::Eio,
-        });
-    Arc::new(FaultFile::new(inner.clone(), config))
-}
-
 /// Two crash epochs on a new log with `options`: appends until an injected
-/// sync failure, crashes, recovers (`after_first` sees the file then), and
+/// sync failure, crashes, recovers (`after_first` sees the files then), and
 /// does it again with new numbers; what epoch 1 lost must never come back,
 /// even after the second crash. Returns whether the first crash cut the
 /// log's tail.
-fn crash_twice(seed: u64, options: &WalOptions, after_first: impl Fn(&dyn BlockFile)) -> bool {
-    let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+fn crash_twice(seed: u64, options: &WalOptions, after_first: impl Fn(&MemLogDir)) -> bool {
     let mut rng = SmallRng::seed_from_u64(seed);
 
-    // Epoch 1: a new log (2 syncs to create), crashing mid-flush.
-    let fault = crashing_file(&inner, seed, rng.random_range(3..12));
-    let (wal, _) = replay(fault.clone(), options).unwrap();
-    let (ack1, appended1) = run_until_crash(&wal, 0, 80, &mut rng);
+    // Epoch 1: a new log (2 syncs and a directory sync to create),
+    // crashing mid-flush, or at a new segment.
+    let crashing = Crashing::new(&MemLogDir::default(), seed, rng.random_range(3..16));
+    let (wal, _) = replay(&crashing.dir, options).unwrap();
+    let epoch1 = run_until_crash(&wal, 0, 80, &mut rng);
     drop(wal);
-    fault.crash().unwrap();
-    let (wal, seen1) = replay(inner.clone(), options).unwrap();
+    let dir = crashing.crash();
+    let (wal, seen1) = replay(&dir, options).unwrap();
     drop(wal);
-    check_prefix(&seen1, 0, ack1, appended1);
-    after_first(inner.as_ref());
+    let cut = check_replay(seed, &seen1, &[], 0, &epoch1);
+    after_first(&dir);
 
     // Epoch 2 continues with new numbers after recovery (1 sync to clean
     // the tail).
-    let base = 1000;
-    let fault = crashing_file(&inner, seed + 1000, rng.random_range(2..12));
-    let (wal, seen) = replay(fault.clone(), options).unwrap();
+    let crashing = Crashing::new(&dir, seed + 1000, rng.random_range(2..16));
+    let (wal, seen) = replay(&crashing.dir, options).unwrap();
     assert_eq!(seen, seen1);
-    let (ack2, appended2) = run_until_crash(&wal, base, 80, &mut rng);
+    let epoch2 = run_until_crash(&wal, 1000, 80, &mut rng);
     drop(wal);
-    fault.crash().unwrap();
-    let (_, seen2) = replay(inner, options).unwrap();
-    assert_eq!(
-        &seen2[..seen1.len()],
-        &seen1[..],
-        "seed {seed}: epoch 1 replay changed"
-    );
-    check_prefix(&seen2[seen1.len()..], base, ack2, appended2);
-    (seen1.len() as u64) < appended1
+    let dir = crashing.crash();
+    let (_, seen2) = replay(&dir, options).unwrap();
+    check_replay(seed, &seen2, &seen1, 1000, &epoch2);
+    cut
 }
 
 #[test]
@@ -281,11 +436,32 @@ fn crashes_lose_nothing_acknowledged_and_resurrect_nothing() {
 }
 
 #[test]
+fn crashes_around_new_segments_lose_nothing_acknowledged() {
+    // A small budget: the appends run out of it and checkpoint often.
+    for seed in 0..40u64 {
+        crash_twice(seed, &with_budget(64 << 10), |dir| {
+            assert!(dir.segments().unwrap().len() <= 3, "seed {seed}");
+        });
+    }
+}
+
+/// The segment file whose stream holds `lsn`.
+fn segment_of(dir: &MemLogDir, lsn: u64) -> (u64, Arc<MemoryFile>) {
+    let first = dir
+        .segments()
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find(|&f| f <= lsn)
+        .unwrap();
+    (first, dir.file(&segment_file_name(first)).unwrap())
+}
+
+#[test]
 fn damage_to_synced_records_is_reported_not_cut_off() {
-    let memory = Arc::new(MemoryFile::new("wal"));
-    let file: Arc<dyn BlockFile> = memory.clone();
+    let dir = new_dir();
     let mut rng = SmallRng::seed_from_u64(3);
-    let (wal, _) = replay(file.clone(), &small()).unwrap();
+    let (wal, _) = replay(&dir, &small()).unwrap();
     let first = wal.append(&numbered_group(0, &mut rng)).unwrap();
     wal.flush_to(first.end).unwrap();
     for n in 1..5 {
@@ -294,14 +470,14 @@ fn damage_to_synced_records_is_reported_not_cut_off() {
     }
     drop(wal);
     // Flip a bit inside the first group's body.
-    let layout = Layout::new(file.as_ref(), &small()).unwrap();
-    let (offset, _) = layout.pieces(first.start.0 + 40, 1)[0];
+    let (first_lsn, file) = segment_of(&dir, first.start.0);
+    let offset = segment::header_bytes(512) + first.start.0 + 40 - first_lsn;
     let sector = offset - offset % 512;
     let mut buf = file.alloc_buf(512);
     file.read_at(sector, &mut buf).unwrap();
     buf[(offset - sector) as usize] ^= 0x10;
     file.write_at(sector, &buf).unwrap();
-    let err = replay(file, &small()).expect_err("damage must be reported");
+    let err = replay(&dir, &small()).expect_err("damage must be reported");
     assert!(
         matches!(err, Error::LogCorrupted { lsn, .. } if lsn == first.start),
         "{err}"
@@ -310,55 +486,41 @@ fn damage_to_synced_records_is_reported_not_cut_off() {
 
 #[test]
 fn the_checkpoint_payload_survives_reopen() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let dir = new_dir();
     let mut rng = SmallRng::seed_from_u64(4);
-    let (wal, checkpoint) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
+    let (wal, checkpoint) = Wal::open(dir.clone(), &small(), |_| Ok(())).unwrap();
     assert_eq!(checkpoint.sequence, 0);
+    assert_eq!(checkpoint.format_version, CHECKPOINT_FORMAT_VERSION);
     let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
     wal.flush_to(range.end).unwrap();
     wal.checkpoint(range.start, b"catalog at page 1").unwrap();
     drop(wal);
-    let (_, checkpoint) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
+    let (_, checkpoint) = Wal::open(dir.clone(), &small(), |_| Ok(())).unwrap();
     assert_eq!(checkpoint.lsn, range.start);
     assert_eq!(checkpoint.payload, b"catalog at page 1");
     // The group after the checkpoint LSN is replayed again.
-    let (_, seen) = replay(file, &small()).unwrap();
+    let (_, seen) = replay(&dir, &small()).unwrap();
     assert_eq!(seen, vec![0]);
-}
-
-#[test]
-fn an_existing_log_keeps_its_ring_size() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
-    let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
-    let created = wal.ring_bytes();
-    let mut rng = SmallRng::seed_from_u64(9);
-    let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
-    wal.flush_to(range.end).unwrap();
-    drop(wal);
-    let other = WalOptions::default().ring_bytes(created * 4);
-    let mut replayed = 0;
-    let (wal, _) = Wal::open(file, &other, |_| {
-        replayed += 1;
-        Ok(())
-    })
-    .unwrap();
-    assert_eq!(wal.ring_bytes(), created);
-    assert_eq!(replayed, 1, "the group logged before reopening is replayed");
 }
 
 #[test]
 fn a_failed_sync_poisons_the_log() {
     use barracuda_io::{FaultErrno, FaultOp, FaultRule};
-    let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
-    // Opening a new log syncs once (its first checkpoint; a fresh ring has
-    // no tail to clean); fail the third sync, the second flush.
-    let config = FaultConfig::default().seed(5).rule(FaultRule::Nth {
-        op: FaultOp::Sync,
-        nth: 3,
-        errno: FaultErrno::Eio,
+    // Opening a new log creates its segment (a sync), then opens it again
+    // for the appends: fail that file's second sync, the second flush.
+    let make: FileWrap = Arc::new(|path: &Path, file: Arc<dyn BlockFile>| {
+        if path == Path::new(CONTROL_FILE_NAME) {
+            return file;
+        }
+        let config = FaultConfig::default().seed(5).rule(FaultRule::Nth {
+            op: FaultOp::Sync,
+            nth: 2,
+            errno: FaultErrno::Eio,
+        });
+        Arc::new(FaultFile::new(file, config)) as Arc<dyn BlockFile>
     });
-    let file: Arc<dyn BlockFile> = Arc::new(FaultFile::new(inner, config));
-    let (wal, _) = replay(file, &small()).unwrap();
+    let dir = Arc::new(MemLogDir::new(make));
+    let (wal, _) = replay(&dir, &small()).unwrap();
     let mut rng = SmallRng::seed_from_u64(5);
     let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
     wal.flush_to(range.end).unwrap();
@@ -368,7 +530,8 @@ fn a_failed_sync_poisons_the_log() {
         "the injected EIO must surface"
     );
     assert!(wal.durable_lsn() < range.end);
-    // Every later append and flush fails: nothing is acknowledged again.
+    // Every later append, flush and new segment fails: nothing is
+    // acknowledged again.
     let err = wal
         .append(&numbered_group(2, &mut rng))
         .expect_err("poisoned");
@@ -377,220 +540,293 @@ fn a_failed_sync_poisons_the_log() {
         wal.flush_to(range.end),
         Err(Error::LogFailed { .. })
     ));
-}
-
-/// A ring large enough that the file stays shorter than it for a while
-/// (the flushes extend it 4 MiB ahead of the log).
-fn large() -> WalOptions {
-    with_ring(32 << 20)
+    assert!(matches!(wal.rotate(), Err(Error::LogFailed { .. })));
 }
 
 #[test]
-fn a_new_log_grows_with_its_ring_and_replays_from_a_short_file() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+fn a_segment_grows_a_few_mib_ahead_of_its_log() {
+    let dir = new_dir();
     let mut rng = SmallRng::seed_from_u64(11);
-    let (wal, checkpoint) = Wal::open(file.clone(), &large(), |_| Ok(())).unwrap();
-    assert!(checkpoint.ring_growing);
-    assert!(file.len().unwrap() <= 8 << 10, "a new log is its slots");
+    let options = with_budget(32 << 20);
+    let (wal, _) = Wal::open(dir.clone(), &options, |_| Ok(())).unwrap();
+    assert!(
+        dir.total_bytes() <= 8 << 10,
+        "a new log is its slots and a segment's header"
+    );
     let mut end = Lsn(0);
     for n in 0..50 {
         end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
     }
     wal.flush_to(end).unwrap();
-    let grown = file.len().unwrap();
+    let grown = dir.total_bytes();
     assert!(
         grown > end.0 && grown < (8 << 20),
         "{grown} bytes: the log and 4 MiB of zeros ahead"
     );
-    // A checkpoint while the ring grows keeps the flag: the file is short.
-    wal.checkpoint(wal.durable_lsn(), b"").unwrap();
-    assert!(wal.last_checkpoint().ring_growing);
+    // A checkpoint starts a new segment and deletes the old one: the files
+    // shrink to what came after it.
+    checkpoint_now(&wal, b"");
+    assert!(dir.total_bytes() <= 8 << 10, "{} bytes", dir.total_bytes());
     for n in 50..60 {
         end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
     }
     wal.flush_to(end).unwrap();
     drop(wal);
-    let (wal, seen) = replay(file.clone(), &large()).unwrap();
+    let (wal, seen) = replay(&dir, &options).unwrap();
     assert_eq!(seen, (50..60).collect::<Vec<_>>());
-    // Appends go on where the replay ended, into the short file.
+    // Appends go on where the replay ended.
     for n in 60..70 {
         end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
     }
     wal.flush_to(end).unwrap();
     drop(wal);
-    let (_, seen) = replay(file.clone(), &large()).unwrap();
+    let (_, seen) = replay(&dir, &options).unwrap();
     assert_eq!(seen, (50..70).collect::<Vec<_>>());
-    assert!(file.len().unwrap() < 32 << 20);
+    assert!(dir.total_bytes() < 8 << 20);
 }
 
 #[test]
-fn a_whole_ring_checkpoints_without_the_flag_and_a_cut_file_is_damage() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
-    let mut rng = SmallRng::seed_from_u64(13);
-    let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
-    // One flush writes zeros to the end of the small ring: it is whole.
+fn a_checkpoint_with_nothing_logged_starts_no_segment() {
+    let dir = new_dir();
+    let (wal, _) = replay(&dir, &small()).unwrap();
+    let first = checkpoint_now(&wal, b"");
+    assert_eq!(checkpoint_now(&wal, b""), first);
+    assert_eq!(dir.segments().unwrap().len(), 1);
+    assert_eq!(wal.stats().segments_started, 0);
+}
+
+#[test]
+fn groups_appended_while_the_checkpoint_runs_survive_it() {
+    let dir = new_dir();
+    let mut rng = SmallRng::seed_from_u64(16);
+    let (wal, _) = replay(&dir, &small()).unwrap();
+    for n in 0..10 {
+        wal.append(&numbered_group(n, &mut rng)).unwrap();
+    }
+    let lsn = wal.rotate().unwrap();
+    assert_eq!(
+        wal.durable_lsn(),
+        lsn,
+        "a new segment starts after synced log"
+    );
+    // The pages are being written; meanwhile the log goes on.
+    let mut end = Lsn(0);
+    for n in 10..20 {
+        end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
+    }
+    wal.flush_to(end).unwrap();
+    assert_eq!(dir.segments().unwrap().len(), 2);
+    wal.checkpoint(lsn, b"").unwrap();
+    assert_eq!(dir.segments().unwrap(), vec![lsn.0]);
+    drop(wal);
+    let (_, seen) = replay(&dir, &small()).unwrap();
+    assert_eq!(seen, (10..20).collect::<Vec<_>>());
+}
+
+#[test]
+fn replay_runs_across_segments_until_the_checkpoint_passes_them() {
+    let dir = new_dir();
+    let mut rng = SmallRng::seed_from_u64(17);
+    let (wal, _) = replay(&dir, &small()).unwrap();
+    let mut end = Lsn(0);
+    for n in 0..30 {
+        end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
+        if n % 10 == 9 {
+            // A checkpoint that started a segment but was not recorded (a
+            // crash while it wrote pages).
+            wal.rotate().unwrap();
+        }
+    }
+    wal.flush_to(end).unwrap();
+    drop(wal);
+    assert_eq!(dir.segments().unwrap().len(), 4);
+    let (_, seen) = replay(&dir, &small()).unwrap();
+    assert_eq!(seen, (0..30).collect::<Vec<_>>());
+}
+
+#[test]
+fn segments_a_checkpoint_did_not_get_to_delete_are_deleted_at_open() {
+    let dir = new_dir();
+    let mut rng = SmallRng::seed_from_u64(18);
+    let (wal, _) = replay(&dir, &small()).unwrap();
+    let old = dir.segments().unwrap()[0];
+    let old_file = dir.file(&segment_file_name(old)).unwrap();
     let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
     wal.flush_to(range.end).unwrap();
-    let layout = Layout::new(file.as_ref(), &small()).unwrap();
-    assert_eq!(file.len().unwrap(), layout.file_len_bytes());
-    wal.checkpoint(range.start, b"").unwrap();
-    assert!(!wal.last_checkpoint().ring_growing);
+    checkpoint_now(&wal, b"");
+    let range = wal.append(&numbered_group(1, &mut rng)).unwrap();
+    wal.flush_to(range.end).unwrap();
     drop(wal);
-    file.set_len(layout.file_len_bytes() - 4096).unwrap();
-    let err = Wal::open(file, &small(), |_| Ok(())).expect_err("a short whole ring");
+    // The deletion did not reach the disk: the old segment is back.
+    let base = MemLogDir::default();
+    for name in dir.names() {
+        let _ = base.open_name(&name, true);
+        let copy = base.file(&name).unwrap();
+        let from = dir.file(&name).unwrap();
+        copy.set_len(from.len().unwrap()).unwrap();
+        let mut bytes = from.alloc_buf(from.len().unwrap() as usize);
+        from.read_at(0, &mut bytes).unwrap();
+        copy.write_at(0, &bytes).unwrap();
+    }
+    let _ = base.open_name(&segment_file_name(old), true);
+    let resurrected = base.file(&segment_file_name(old)).unwrap();
+    let mut bytes = old_file.alloc_buf(old_file.len().unwrap() as usize);
+    old_file.read_at(0, &mut bytes).unwrap();
+    resurrected.write_at(0, &bytes).unwrap();
+    let base = Arc::new(base);
+    assert_eq!(base.segments().unwrap().len(), 2);
+    let (_, seen) = replay(&base, &small()).unwrap();
+    assert_eq!(seen, vec![1], "only what follows the checkpoint");
+    assert_eq!(base.segments().unwrap().len(), 1, "the stale one is gone");
+}
+
+#[test]
+fn a_segment_whose_creation_was_cut_short_is_removed_at_open() {
+    let dir = new_dir();
+    let mut rng = SmallRng::seed_from_u64(19);
+    let (wal, _) = replay(&dir, &small()).unwrap();
+    let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
+    wal.flush_to(range.end).unwrap();
+    let next = wal.durable_lsn().0;
+    drop(wal);
+    // The file of the next segment exists, its header never written.
+    let _ = dir.open_name(&segment_file_name(next), true);
+    let (wal, seen) = replay(&dir, &small()).unwrap();
+    assert_eq!(seen, vec![0]);
+    assert_eq!(dir.segments().unwrap().len(), 1);
+    let range = wal.append(&numbered_group(1, &mut rng)).unwrap();
+    wal.flush_to(range.end).unwrap();
+    drop(wal);
+    assert_eq!(replay(&dir, &small()).unwrap().1, vec![0, 1]);
+}
+
+#[test]
+fn a_missing_or_damaged_segment_is_an_error() {
+    let dir = new_dir();
+    let mut rng = SmallRng::seed_from_u64(20);
+    let (wal, _) = replay(&dir, &small()).unwrap();
+    for n in 0..3 {
+        let range = wal.append(&numbered_group(n, &mut rng)).unwrap();
+        wal.flush_to(range.end).unwrap();
+        wal.rotate().unwrap();
+    }
+    drop(wal);
+    let segments = dir.segments().unwrap();
+    assert_eq!(segments.len(), 4);
+    // A damaged header in the middle.
+    let file = dir.file(&segment_file_name(segments[1])).unwrap();
+    let mut header = file.alloc_buf(512);
+    file.read_at(0, &mut header).unwrap();
+    header[9] ^= 1;
+    file.write_at(0, &header).unwrap();
+    let err = replay(&dir, &small()).expect_err("a damaged header");
+    assert!(matches!(err, Error::LogCorrupted { .. }), "{err}");
+    header[9] ^= 1;
+    file.write_at(0, &header).unwrap();
+    assert_eq!(replay(&dir, &small()).unwrap().1, vec![0, 1, 2]);
+    // A segment in the middle gone: the log ends before the last one.
+    dir.remove_segment(segments[1]).unwrap();
+    let err = replay(&dir, &small()).expect_err("a missing segment");
+    assert!(matches!(err, Error::LogCorrupted { .. }), "{err}");
+    // The checkpoint's own segment gone.
+    dir.remove_segment(segments[0]).unwrap();
+    let err = replay(&dir, &small()).expect_err("no segment for the checkpoint");
     assert!(matches!(err, Error::LogCorrupted { .. }), "{err}");
 }
 
-#[test]
-fn a_restart_gives_the_ring_back_and_the_log_goes_on() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
-    let mut rng = SmallRng::seed_from_u64(12);
-    let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
-    let mut end = Lsn(0);
-    for n in 0..20 {
-        end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
+/// Writes the log an earlier build (checkpoint version 6) left: a ring of
+/// `ring_bytes` after the two slots of the control file, holding groups
+/// `numbers` from `lsn` on, and, if `growing`, the file cut after them.
+fn write_ring_log(
+    dir: &MemLogDir,
+    ring_bytes: u64,
+    lsn: u64,
+    numbers: std::ops::Range<u64>,
+    growing: bool,
+) {
+    let control = dir.control().unwrap();
+    let ring_start = ring::ring_start_bytes(512);
+    let mut rng = SmallRng::seed_from_u64(lsn);
+    let mut stream = Vec::new();
+    record::encode_flush_start(Lsn(lsn), &mut stream);
+    for n in numbers {
+        numbered_group(n, &mut rng).encode_into(Lsn(lsn + stream.len() as u64), &mut stream);
     }
-    // Groups after the checkpoint: nothing is restarted.
-    wal.flush_to(end).unwrap();
-    let whole = file.len().unwrap();
-    assert!(!wal.restart_ring().unwrap());
-    assert_eq!(file.len().unwrap(), whole);
-    wal.checkpoint(end, b"root").unwrap();
-    assert!(wal.restart_ring().unwrap());
-    let cut_len = file.len().unwrap();
-    assert!(cut_len <= 4096, "{cut_len} bytes left");
-    let restarted = wal.last_checkpoint();
-    assert!(restarted.ring_growing);
-    assert_eq!(restarted.lsn.0 % wal.ring_bytes(), 0, "at a lap's start");
-    assert!(restarted.lsn > end);
-    assert_eq!(wal.next_lsn(), restarted.lsn);
-    // Reopened as it is (no close): nothing to replay, the same checkpoint.
-    drop(wal);
-    let (wal, checkpoint) = Wal::open(file.clone(), &small(), |_| {
-        panic!("an empty log replays nothing")
-    })
-    .unwrap();
-    assert_eq!(checkpoint, restarted);
-    assert_eq!(&checkpoint.payload[..], b"root");
-    assert!(
-        file.len().unwrap() <= cut_len,
-        "opening reads, it does not grow"
-    );
-    // The log goes on from the lap's start, and replays what it was given.
-    let first = wal.append(&numbered_group(20, &mut rng)).unwrap();
-    assert!(
-        first.start > restarted.lsn && first.start.0 < restarted.lsn.0 + 512,
-        "after the flush-start marker at {}: {}",
-        restarted.lsn,
-        first.start
-    );
-    end = first.end;
-    for n in 21..30 {
-        end = wal.append(&numbered_group(n, &mut rng)).unwrap().end;
-    }
-    wal.flush_to(end).unwrap();
-    drop(wal);
-    let (_, seen) = replay(file, &small()).unwrap();
-    assert_eq!(seen, (20..30).collect::<Vec<_>>());
-}
-
-#[test]
-fn a_version_2_ring_cut_at_close_restarts_at_open() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
-    let mut rng = SmallRng::seed_from_u64(14);
-    let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
-    let range = wal.append(&numbered_group(0, &mut rng)).unwrap();
-    wal.flush_to(range.end).unwrap();
-    wal.checkpoint(range.end, b"catalog").unwrap();
-    let last = wal.last_checkpoint();
-    drop(wal);
-    // What an earlier build's close left: the slot (same LSN, the flag)
-    // and the file cut to its slots; the LSN is not at a lap's start.
-    let cut = Checkpoint {
-        sequence: last.sequence + 1,
-        ring_growing: true,
-        ..last
+    stream.resize(stream.len().next_multiple_of(512), 0);
+    let end = lsn + stream.len() as u64;
+    let file_len = if growing {
+        ring_start + (end - (lsn - lsn % ring_bytes)).min(ring_bytes)
+    } else {
+        ring_start + ring_bytes
     };
-    let layout = Layout::new(file.as_ref(), &small()).unwrap();
-    write_checkpoint(file.as_ref(), &layout, (cut.sequence % 2) as usize, &cut).unwrap();
-    file.set_len(layout.ring_start_bytes).unwrap();
-    let (wal, checkpoint) = Wal::open(file.clone(), &small(), |_| {
-        panic!("an empty log replays nothing")
-    })
-    .unwrap();
-    assert!(checkpoint.ring_growing);
-    assert_eq!(checkpoint.lsn.0 % wal.ring_bytes(), 0, "restarted at a lap");
-    assert_eq!(checkpoint.payload, b"catalog");
-    assert_eq!(log_one_then_replay(wal, file, 1, &mut rng), vec![1]);
+    control.set_len(file_len).unwrap();
+    let mut at = 0usize;
+    while at < stream.len() {
+        let ring_at = (lsn + at as u64) % ring_bytes;
+        let len = ((ring_bytes - ring_at) as usize).min(stream.len() - at);
+        let mut piece = control.alloc_buf(len);
+        piece.copy_from_slice(&stream[at..at + len]);
+        control.write_at(ring_start + ring_at, &piece).unwrap();
+        at += len;
+    }
+    let slot = Checkpoint {
+        format_version: 6,
+        sequence: 5,
+        lsn: Lsn(lsn),
+        log_bytes: ring_bytes,
+        ring_growing: growing,
+        payload: b"catalog".to_vec(),
+    };
+    write_checkpoint(control.as_ref(), 512, 1, &slot).unwrap();
 }
 
 #[test]
-fn a_crash_between_the_restart_slot_and_the_cut_opens_empty() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
-    let mut rng = SmallRng::seed_from_u64(15);
-    let (wal, _) = Wal::open(file.clone(), &small(), |_| Ok(())).unwrap();
-    // Several laps of groups, so old records lie all over the ring.
-    for n in 0..400 {
-        let range = match wal.append(&numbered_group(n, &mut rng)) {
-            Ok(range) => range,
-            Err(Error::LogFull { .. }) => {
-                wal.flush_to(wal.next_lsn()).unwrap();
-                wal.checkpoint(wal.durable_lsn(), b"").unwrap();
-                wal.append(&numbered_group(n, &mut rng)).unwrap()
-            }
-            Err(e) => panic!("{e}"),
-        };
+fn the_ring_of_an_earlier_build_is_moved_into_a_segment_and_replayed() {
+    for (lsn, growing) in [(4096, true), (3 * (256 << 10) - 2048, false)] {
+        let dir = new_dir();
+        write_ring_log(&dir, 256 << 10, lsn, 0..40, growing);
+        let (wal, seen) = replay(&dir, &small()).unwrap();
+        assert_eq!(seen, (0..40).collect::<Vec<_>>(), "lsn {lsn}");
+        let checkpoint = wal.last_checkpoint();
+        assert_eq!(checkpoint.format_version, CHECKPOINT_FORMAT_VERSION);
+        assert_eq!(checkpoint.lsn, Lsn(lsn));
+        assert_eq!(checkpoint.sequence, 6);
+        assert_eq!(checkpoint.payload, b"catalog");
+        assert_eq!(
+            dir.file(CONTROL_FILE_NAME).unwrap().len().unwrap(),
+            ring::ring_start_bytes(512),
+            "the ring is cut off"
+        );
+        // The log goes on after the ring's.
+        let mut rng = SmallRng::seed_from_u64(1);
+        let range = wal.append(&numbered_group(40, &mut rng)).unwrap();
         wal.flush_to(range.end).unwrap();
+        drop(wal);
+        assert_eq!(
+            replay(&dir, &small()).unwrap().1,
+            (0..41).collect::<Vec<_>>()
+        );
     }
-    wal.checkpoint(wal.durable_lsn(), b"").unwrap();
-    let last = wal.last_checkpoint();
-    let next_lsn = wal.next_lsn();
-    drop(wal);
-    // What `restart_ring` writes first; the crash comes before the cut.
-    let layout = Layout::new(file.as_ref(), &small()).unwrap();
-    let flagged = Checkpoint {
-        sequence: last.sequence + 1,
-        lsn: Lsn(next_lsn.0.next_multiple_of(layout.ring_bytes)),
-        ring_growing: true,
-        ..last
-    };
-    write_checkpoint(
-        file.as_ref(),
-        &layout,
-        (flagged.sequence % 2) as usize,
-        &flagged,
-    )
-    .unwrap();
-    let whole = file.len().unwrap();
-    let (wal, checkpoint) = Wal::open(file.clone(), &small(), |_| {
-        panic!("records of earlier laps are not this lap's")
-    })
-    .unwrap();
-    assert_eq!(checkpoint, flagged);
-    assert_eq!(file.len().unwrap(), whole);
-    assert_eq!(log_one_then_replay(wal, file, 1000, &mut rng), vec![1000]);
-}
-
-/// Appends group `n` to `wal` (a `small()` log in `file`), syncs it, and
-/// returns what a reopen replays.
-fn log_one_then_replay(wal: Wal, file: Arc<dyn BlockFile>, n: u64, rng: &mut SmallRng) -> Vec<u64> {
-    let range = wal.append(&numbered_group(n, rng)).unwrap();
-    wal.flush_to(range.end).unwrap();
-    drop(wal);
-    replay(file, &small()).unwrap().1
 }
 
 #[test]
-fn crashes_while_the_ring_grows_lose_nothing_acknowledged() {
-    for seed in 0..20u64 {
-        crash_twice(seed, &large(), |file| {
-            let len = file.len().unwrap();
-            assert!(
-                len < 32 << 20,
-                "seed {seed}: a ring of {len} bytes is whole"
-            );
-        });
-    }
+fn a_conversion_cut_short_is_done_again() {
+    let dir = new_dir();
+    write_ring_log(&dir, 256 << 10, 4096, 0..10, true);
+    let control = dir.file(CONTROL_FILE_NAME).unwrap();
+    let mut ring = control.alloc_buf(control.len().unwrap() as usize);
+    control.read_at(0, &mut ring).unwrap();
+    let (wal, seen) = replay(&dir, &small()).unwrap();
+    assert_eq!(seen, (0..10).collect::<Vec<_>>());
+    drop(wal);
+    // The crash came before the new slot: the control file as it was, a
+    // segment beside it.
+    control.set_len(ring.len() as u64).unwrap();
+    control.write_at(0, &ring).unwrap();
+    assert_eq!(dir.segments().unwrap().len(), 1);
+    let (_, seen) = replay(&dir, &small()).unwrap();
+    assert_eq!(seen, (0..10).collect::<Vec<_>>());
+    assert_eq!(dir.segments().unwrap().len(), 1);
 }
 
 /// Appends write `n` as `groups` groups (all but the last continued), the
@@ -606,9 +842,9 @@ fn append_write(wal: &Wal, n: u64, groups: u64, rng: &mut SmallRng) -> LsnRange 
 
 #[test]
 fn a_write_over_several_groups_replays_whole_or_not_at_all() {
-    let file: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
+    let dir = new_dir();
     let mut rng = SmallRng::seed_from_u64(21);
-    let (wal, _) = replay(file.clone(), &small()).unwrap();
+    let (wal, _) = replay(&dir, &small()).unwrap();
     let whole = append_write(&wal, 1, 4, &mut rng);
     wal.flush_to(whole.end).unwrap();
     // The next write's first two groups are synced, its last never written.
@@ -620,7 +856,7 @@ fn a_write_over_several_groups_replays_whole_or_not_at_all() {
     let cut = wal.append(&unfinished).unwrap();
     wal.flush_to(cut.end).unwrap();
     drop(wal);
-    let (wal, seen) = replay(file.clone(), &small()).unwrap();
+    let (wal, seen) = replay(&dir, &small()).unwrap();
     assert_eq!(seen, vec![1001, 1002, 1003, 1], "the whole write, in order");
     // A write after recovery starts where the whole one ended: it can never
     // finish the dropped one.
@@ -628,17 +864,16 @@ fn a_write_over_several_groups_replays_whole_or_not_at_all() {
     let next = wal.append(&numbered_group(3, &mut rng)).unwrap();
     wal.flush_to(next.end).unwrap();
     drop(wal);
-    let (_, seen) = replay(file, &small()).unwrap();
+    let (_, seen) = replay(&dir, &small()).unwrap();
     assert_eq!(seen, vec![1001, 1002, 1003, 1, 3]);
 }
 
 #[test]
 fn crashes_keep_writes_over_several_groups_whole() {
     for seed in 0..60u64 {
-        let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
         let mut rng = SmallRng::seed_from_u64(seed);
-        let fault = crashing_file(&inner, seed, rng.random_range(3..12));
-        let (wal, _) = replay(fault.clone(), &small()).unwrap();
+        let crashing = Crashing::new(&MemLogDir::default(), seed, rng.random_range(3..14));
+        let (wal, _) = replay(&crashing.dir, &small()).unwrap();
         // Writes of one to four groups; some synced (acknowledged).
         let mut acknowledged = 0;
         let mut appended = 0;
@@ -653,8 +888,8 @@ fn crashes_keep_writes_over_several_groups_whole() {
             }
         }
         drop(wal);
-        fault.crash().unwrap();
-        let (_, seen) = replay(inner, &small()).unwrap();
+        let dir = crashing.crash();
+        let (_, seen) = replay(&dir, &small()).unwrap();
         // Whole writes, in order: each write's earlier groups right before
         // its last one, and nothing of a write after the last replayed.
         let mut expected_next = 1;
@@ -699,10 +934,9 @@ fn crashes_with_a_log_writer_lose_nothing_acknowledged_and_resurrect_nothing() {
     let mut torn_tails = 0;
     let mut handed_off = 0;
     for seed in 0..40u64 {
-        let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
         let mut rng = SmallRng::seed_from_u64(seed);
-        let fault = crashing_file(&inner, seed, rng.random_range(3..12));
-        let (wal, _) = replay(fault.clone(), &small()).unwrap();
+        let crashing = Crashing::new(&MemLogDir::default(), seed, rng.random_range(3..14));
+        let (wal, _) = replay(&crashing.dir, &small()).unwrap();
         let (wal, writer) = with_log_writer(wal);
         let (mut acknowledged, mut appended) = (0, 0);
         for n in 0..200 {
@@ -723,8 +957,8 @@ fn crashes_with_a_log_writer_lose_nothing_acknowledged_and_resurrect_nothing() {
         wal.stop_log_writer();
         writer.join().unwrap();
         drop(wal);
-        fault.crash().unwrap();
-        let (_, seen) = replay(inner, &small()).unwrap();
+        let dir = crashing.crash();
+        let (_, seen) = replay(&dir, &small()).unwrap();
         check_prefix(&seen, 0, acknowledged, appended);
         torn_tails += u64::from((seen.len() as u64) < appended);
         // More flushes than acknowledged syncs: some were hand-offs.
@@ -740,9 +974,11 @@ fn crashes_with_a_log_writer_lose_nothing_acknowledged_and_resurrect_nothing() {
 #[test]
 fn an_append_that_fills_the_buffer_leaves_its_write_to_the_log_writer() {
     let latency = std::time::Duration::from_millis(300);
-    let inner: Arc<dyn BlockFile> = Arc::new(MemoryFile::new("wal"));
-    let slow: Arc<dyn BlockFile> = Arc::new(FaultFile::with_latency(inner.clone(), latency));
-    let (wal, _) = replay(slow, &small()).unwrap();
+    let make: FileWrap = Arc::new(move |_: &Path, file: Arc<dyn BlockFile>| {
+        Arc::new(FaultFile::with_latency(file, latency)) as Arc<dyn BlockFile>
+    });
+    let dir = Arc::new(MemLogDir::new(make));
+    let (wal, _) = replay(&dir, &small()).unwrap();
     let (wal, writer) = with_log_writer(wal);
     let mut rng = SmallRng::seed_from_u64(9);
     // Fill the 16 KiB buffer: the append past it hands the buffer off,
@@ -763,12 +999,14 @@ fn an_append_that_fills_the_buffer_leaves_its_write_to_the_log_writer() {
         slowest < latency,
         "an append waited {slowest:?} for a write of {latency:?}"
     );
-    // The hand-off becomes durable without this thread writing anything.
+    // A new segment waits for the hand-off, and starts after it.
     let end = wal.next_lsn();
-    wal.flush_to(end).unwrap();
+    let lsn = wal.rotate().unwrap();
+    assert!(lsn >= end && wal.durable_lsn() >= end);
     wal.stop_log_writer();
     writer.join().unwrap();
     drop(wal);
-    let (_, seen) = replay(inner, &small()).unwrap();
+    let dir = Arc::new(dir.reopen_with(Arc::new(|_: &Path, file| file)));
+    let (_, seen) = replay(&dir, &small()).unwrap();
     assert_eq!(seen, (0..n).collect::<Vec<_>>());
 }

@@ -51,3 +51,27 @@ pub fn half_random_value(rng: &mut impl rand::Rng) -> Vec<u8> {
     value.copy_within(..500, 500);
     value
 }
+
+/// The log's files in a database directory: `wal.log` (the checkpoint
+/// slots) and its segments, `wal-<LSN>.log`, in name order.
+pub fn log_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("the database directory")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            name == barracuda::LOG_FILE_NAME
+                || barracuda::wal::parse_segment_file_name(&name).is_some()
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Bytes of the log's files ([`log_files`]).
+pub fn log_bytes(dir: &std::path::Path) -> u64 {
+    log_files(dir)
+        .iter()
+        .map(|path| std::fs::metadata(path).map_or(0, |m| m.len()))
+        .sum()
+}

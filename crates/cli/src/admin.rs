@@ -611,10 +611,12 @@ fn stat(args: &StatArgs) -> anyhow::Result<()> {
 fn print_report(report: &Report, verbose: bool) {
     let log = &report.log;
     println!(
-        "database {}: {} trees; log {} MiB, checkpoint at LSN {}",
+        "database {}: {} trees; log budget {} MiB, {} KiB in {} segment(s), checkpoint at LSN {}",
         report.dir.display(),
         report.trees.len(),
-        log.ring_bytes >> 20,
+        log.log_bytes >> 20,
+        log.file_bytes >> 10,
+        log.segments,
         log.checkpoint_lsn
     );
     for tree in &report.trees {
