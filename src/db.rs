@@ -5,7 +5,8 @@
 //!
 //! A database directory holds `LOCK` (an exclusive `flock`, so a second
 //! process gets [`barracuda_io::IoError::DirLocked`]), `CATALOG` (the trees,
-//! see [`crate::catalog`]), `wal.log` (the circular log) and one data file
+//! see [`crate::catalog`]), `wal.log` (the log's checkpoint slots) and its
+//! segments `wal-<LSN>.log` (see [`crate::wal`]), and one data file
 //! per tree, `tree-NNNNN.bdb`, with its own buffer pool. [`Db::compact`]
 //! replaces a tree's file (see `compact.rs`); a tree file the catalog does
 //! not name is left over from an interrupted one and deleted at open.
@@ -30,15 +31,15 @@
 //!
 //! A checkpoint picks `C` = the end of the log under the write mutex (and
 //! forgets the imaged new pages that were written since), syncs the log to
-//! `C`, writes every page whose oldest change is before `C`, syncs the data
-//! files and records `C` in the log's double-buffered header. It runs in
+//! `C` and starts a new log segment there, writes every page whose oldest
+//! change is before `C`, syncs the data files, records `C` in the log's
+//! double-buffered header and deletes the segments before it. It runs in
 //! the background every `checkpoint_interval`, when half the log is in use,
 //! when a write finds that a write like it would lack room an eighth of the
-//! ring from now (so that the next ones do not wait for a checkpoint of
+//! log's budget from now (so that the next ones do not wait for a checkpoint of
 //! their own: in `profile_rows batch` the slowest of its 100 batches took 9
 //! to 45 ms instead of 79 to 204, the phase as a whole the same), when the
-//! log has been idle for `Options::idle_checkpoint` (then the log's ring is
-//! given back, as at close), and at close.
+//! log has been idle for `Options::idle_checkpoint`, and at close.
 //!
 //! # Recovery
 //!
@@ -326,7 +327,7 @@ pub(crate) struct DbInner {
     stop: Mutex<bool>,
     wake: Condvar,
     /// A write found room in the log for itself, but the next one like it
-    /// would find none an eighth of the ring later: the background thread
+    /// would find none an eighth of the log's budget later: the background thread
     /// checkpoints at once rather than at its next look at the fill level,
     /// so that the next writes find room instead of waiting for a
     /// checkpoint of their own.
@@ -1101,7 +1102,7 @@ impl DbInner {
     }
 
     /// Runs `f` as one atomic write that may span several log groups: `f`
-    /// may end a group between two operations with [`GroupSplit`]. The ring
+    /// may end a group between two operations with [`GroupSplit`]. The log
     /// must hold all of it (no checkpoint passes a write): `log_bytes` is
     /// its most, at most [`DbInner::batch_bytes_max`], and the write mutex
     /// is taken once the log has that much room.
@@ -1182,7 +1183,7 @@ impl DbInner {
         loop {
             let state = self.write.lock();
             if self.log_has_room(log_bytes) {
-                // The head start: an eighth of the ring, about 17 MB of
+                // The head start: an eighth of the budget, about 17 MB of
                 // workload 1's batches (some 130 ms) by default.
                 let head_start = (self.wal.log_bytes() / 8) as usize;
                 if !self.log_has_room(log_bytes + head_start)
@@ -1197,12 +1198,12 @@ impl DbInner {
         }
     }
 
-    /// Whether the log has room for `log_bytes` (and an eighth of the ring
+    /// Whether the log has room for `log_bytes` (and an eighth of its budget
     /// to spare).
     fn log_has_room(&self, log_bytes: usize) -> bool {
-        let ring = self.wal.log_bytes();
-        let free = ring.saturating_sub(self.wal.used_bytes());
-        free >= log_bytes as u64 + (ring / 8)
+        let budget = self.wal.log_bytes();
+        let free = budget.saturating_sub(self.wal.used_bytes());
+        free >= log_bytes as u64 + (budget / 8)
     }
 
     /// The most log bytes one log group may need: one operation's worst
@@ -1211,9 +1212,9 @@ impl DbInner {
         GROUP_BYTES_MAX.min((self.wal.log_bytes() / 4) as usize)
     }
 
-    /// The most log bytes one atomic write may need in all: half the ring.
+    /// The most log bytes one atomic write may need in all: half the budget.
     /// A write larger than a group spans several, and no checkpoint can
-    /// pass it while it is applied, so the ring must hold all of it.
+    /// pass it while it is applied, so the budget must hold all of it.
     pub(crate) fn batch_bytes_max(&self) -> usize {
         (self.wal.log_bytes() / 2) as usize
     }

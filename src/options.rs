@@ -316,24 +316,24 @@ impl Options {
     }
 
     /// How long the log must go without an append before the background
-    /// thread checkpoints (once per idle spell, and only once the log has
-    /// taken at least 1/32 of its ring since the ring was made or last given
-    /// back); if nothing was written meanwhile, it then gives the ring's
-    /// space back to the file system, as a close does (`wal.log` keeps its
-    /// two slots). An idle database so keeps a short log on disk, and
-    /// reopens after a crash without replaying it. Seen at the background
-    /// thread's 50 ms ticks. `None` turns it off. Default = 1 s.
+    /// thread checkpoints (once per idle spell, and only once the log holds
+    /// at least 1/32 of `log_bytes` after the last checkpoint). Like every
+    /// checkpoint, it deletes the log's segments before it, so an idle
+    /// database keeps a short log on disk and reopens after a crash without
+    /// replaying it. Seen at the background thread's 50 ms ticks. `None`
+    /// turns it off. Default = 1 s.
     #[must_use]
     pub fn idle_checkpoint(mut self, after: Option<Duration>) -> Self {
         self.idle_checkpoint = after;
         self
     }
 
-    /// Size of the circular write-ahead log. Fixed when the database is
-    /// created: opening an existing database keeps its log's size whatever
-    /// this says (with a warning when they differ), so admin tools open any
-    /// database. The file grows to it with the log's first lap, and gives
-    /// it back at a clean close and after `Db::compact`. Default = 128 MiB;
+    /// The most write-ahead log kept after the last checkpoint: a checkpoint
+    /// runs when half of it is in use, and a write that would pass it waits
+    /// for one. The log is in segment files (`wal-<LSN>.log`) that each
+    /// checkpoint deletes up to itself, so its files hold what was logged
+    /// since the last checkpoint began, a few MiB ahead at most, not this
+    /// much. Any value works for an existing database. Default = 128 MiB;
     /// at least 1 MiB.
     #[must_use]
     pub fn log_bytes(mut self, log_bytes: u64) -> Self {
