@@ -209,10 +209,12 @@ impl Options {
     /// records next to one hot record, and the record cache keeps the hot
     /// records alone; under uniform reads it only takes room from the pool.
     /// The cache takes its memory from the pool as gets fill it, a 64th of
-    /// this budget at a time (`BufferPool::lend_bytes`), and keeps it while
-    /// the database is open: a load that makes no gets keeps the whole
-    /// budget as its pool. Must leave the pool at least 1 MiB. Default = 0:
-    /// no record cache (measured with peers workload 2 in
+    /// this budget at a time (`BufferPool::lend_bytes`): a load that makes
+    /// no gets keeps the whole budget as its pool. It gives all but a 64th
+    /// back while it serves fewer gets than that memory would as pool (the
+    /// pool's ghost hits tell), and takes it again when it serves twice as
+    /// many, so this is its most. Must leave the pool at least 1 MiB.
+    /// Default = 0: no record cache (measured with peers workload 2 in
     /// docs/benchmarks.md).
     #[must_use]
     pub fn record_cache_bytes(mut self, record_cache_bytes: usize) -> Self {

@@ -19,7 +19,22 @@
 //! time, as fills first reach each shard ([`RecordCache::fill`] lends it
 //! with `BufferPool::lend_bytes`): until gets fill the cache, the pool has
 //! the whole budget (a bulk load that makes no gets loses nothing to it).
-//! A shard, once allocated, keeps its memory while the cache lives.
+//!
+//! **Size.** The cache keeps its shards only while they serve more gets
+//! than the same memory would as pool ([`RecordCache::rebalance`]). One
+//! shard, the probe, always holds records: its keys are a 64th of all, so
+//! its hit ratio is the whole cache's. Every window of the probe's gets the
+//! cache compares it with what the pool's evicted-block ghost list says the
+//! other shards' bytes would catch as blocks (`BufferPool::ghost_blocks`),
+//! and gives those shards' memory back to the pool
+//! (`BufferPool::return_bytes`) when the probe does not serve at least
+//! [`KEEP_FACTOR`] times that; it takes them again, as fills come, once the
+//! probe serves [`ENABLE_FACTOR`] times that. Under a skewed load the few
+//! hot records serve far more gets per byte than pages that hold them among
+//! cold neighbours (peers workload 2's Zipf pass: 55% of the gets from 8 of
+//! 64 MiB); under a uniform one a record serves what its page would, so the
+//! cache only doubles what the pool holds and spends a compression per
+//! fill (the uniform pass read 8% faster without it).
 //!
 //! **Consistency.** The cache never serves a value that a get could not
 //! have read from the tree at that moment. Every write of the tree (under
@@ -33,13 +48,29 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use serde::Serialize;
 
 /// Shards of one cache: a get locks one, for a lookup and a copy.
 const SHARDS: usize = 64;
+
+/// The shard that always holds records: its hit ratio stands for the
+/// cache's ([`RecordCache::rebalance`]).
+const PROBE_SHARD: usize = 0;
+
+/// Gets of the probe shard per window of [`RecordCache::rebalance`]: about
+/// 32,000 gets of the tree.
+const PROBE_WINDOW_GETS: u64 = 512;
+
+/// The other shards are taken again once the probe serves this many times
+/// the gets their memory would catch as pool (a served get may also have
+/// been a pool hit, and a fill costs a compression).
+pub const ENABLE_FACTOR: f64 = 2.0;
+
+/// ... and given back once it serves fewer than this many times those.
+pub const KEEP_FACTOR: f64 = 1.25;
 
 /// A value is kept compressed only if that saves at least an eighth.
 const COMPRESSED_SHARE_MAX_EIGHTHS: usize = 7;
@@ -104,6 +135,18 @@ pub struct RecordCacheStatus {
     pub reinsertions: u64,
     /// Records removed by writes.
     pub invalidations: u64,
+    /// Whether the shards besides the probe hold records now
+    /// ([`RecordCache::rebalance`]).
+    pub others_enabled: bool,
+    /// Windows the cache weighed its shards against the pool.
+    pub rebalances: u64,
+    /// Times it gave the other shards' memory back to the pool.
+    pub releases: u64,
+    /// The last window's probe hit ratio, per mille of its gets.
+    pub probe_hits_per_mille: u64,
+    /// The last window's estimate of the gets the other shards' bytes would
+    /// catch as pool, per mille of all gets.
+    pub pool_gain_per_mille: u64,
 }
 
 /// The record cache of one tree. `Send + Sync`. Public only through
@@ -128,6 +171,37 @@ pub struct RecordCache {
     hits: AtomicU64,
     misses: AtomicU64,
     fills_refused: AtomicU64,
+    /// Whether the shards besides the probe may hold records.
+    others: AtomicBool,
+    /// The probe's gets and hits in the current window.
+    probe_gets: AtomicU64,
+    probe_hits: AtomicU64,
+    /// The window is complete: the next [`RecordCache::rebalance`] weighs.
+    due: AtomicBool,
+    /// The weighing's state.
+    balance: Mutex<Balance>,
+}
+
+/// What [`RecordCache::rebalance`] remembers between windows.
+#[derive(Default)]
+struct Balance {
+    /// The cache's gets and the pool's ghost hits at the last window's end.
+    last: Option<(u64, u64)>,
+    rebalances: u64,
+    releases: u64,
+    probe_hits_per_mille: u64,
+    pool_gain_per_mille: u64,
+}
+
+/// The pool's side of [`RecordCache::rebalance`]: its evicted-block ghost
+/// list's hits so far and the bytes it stands for
+/// (`barracuda_pool::GhostBlocks`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PoolGhosts {
+    /// Hits so far.
+    pub hits: u64,
+    /// Bytes the entries stand for.
+    pub bytes: u64,
 }
 
 /// One shard: its records one after another in a ring of bytes, allocated
@@ -335,16 +409,34 @@ impl RecordCache {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             fills_refused: AtomicU64::new(0),
+            others: AtomicBool::new(true),
+            probe_gets: AtomicU64::new(0),
+            probe_hits: AtomicU64::new(0),
+            due: AtomicBool::new(true),
+            balance: Mutex::new(Balance::default()),
         })
     }
 
+    fn shard_index(hash: u64) -> usize {
+        (hash >> 58) as usize % SHARDS
+    }
+
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
-        &self.shards[(hash >> 58) as usize % SHARDS]
+        &self.shards[Self::shard_index(hash)]
+    }
+
+    /// Whether the shard of `hash` may hold records now.
+    fn in_use(&self, hash: u64) -> bool {
+        Self::shard_index(hash) == PROBE_SHARD || self.others.load(Ordering::Relaxed)
     }
 
     /// Copies the value of `key` into `value` (cleared first) if cached.
     pub fn get_into(&self, key: &[u8], value: &mut Vec<u8>) -> bool {
         let hash = key_hash(key);
+        if !self.in_use(hash) {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         let mut shard = self.shard(hash).lock();
         shard.sketch.record(self.ring_bytes, hash);
         let found = shard.find(hash, key).is_some_and(|at| {
@@ -363,6 +455,14 @@ impl RecordCache {
         drop(shard);
         let counter = if found { &self.hits } else { &self.misses };
         counter.fetch_add(1, Ordering::Relaxed);
+        if Self::shard_index(hash) == PROBE_SHARD {
+            if found {
+                self.probe_hits.fetch_add(1, Ordering::Relaxed);
+            }
+            if self.probe_gets.fetch_add(1, Ordering::Relaxed) + 1 >= PROBE_WINDOW_GETS {
+                self.due.store(true, Ordering::Relaxed);
+            }
+        }
         found
     }
 
@@ -383,6 +483,9 @@ impl RecordCache {
             return;
         }
         let hash = key_hash(key);
+        if !self.in_use(hash) {
+            return;
+        }
         let (admitted, allocated) = {
             let mut shard = self.shard(hash).lock();
             let admitted = shard.admit(hash, Header::record_len(key.len(), value.len()));
@@ -399,6 +502,10 @@ impl RecordCache {
         if !epoch.is_multiple_of(2) || self.epoch.load(Ordering::SeqCst) != epoch {
             drop(shard);
             self.fills_refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if shard.ring.is_empty() {
+            // Given back to the pool meanwhile.
             return;
         }
         let header = Header {
@@ -418,6 +525,11 @@ impl RecordCache {
         if !self.shard(hash).lock().ring.is_empty() {
             return true;
         }
+        // Checked under the allocation lock, which a release takes after
+        // it clears the flag: no shard it released is taken again.
+        if !self.in_use(hash) {
+            return false;
+        }
         if !lend(self.shard_bytes) {
             self.allocations_refused.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -426,6 +538,89 @@ impl RecordCache {
         self.shard(hash).lock().ring = ring;
         self.allocated_shards.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// Weighs the cache against the pool once a window of the probe
+    /// shard's gets is complete (a cheap check otherwise): see the module
+    /// documentation. `ghosts` reads the pool's evicted-block ghost list;
+    /// `give_back` returns the bytes of a released shard to the pool.
+    /// Returns whether the other shards hold records, if it weighed.
+    pub fn rebalance(
+        &self,
+        ghosts: impl FnOnce() -> PoolGhosts,
+        give_back: impl FnMut(usize),
+    ) -> Option<bool> {
+        if !self.due.load(Ordering::Relaxed) || !self.due.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        let gets = self.probe_gets.swap(0, Ordering::Relaxed);
+        let hits = self.probe_hits.swap(0, Ordering::Relaxed).min(gets);
+        let probe_hits = if gets == 0 {
+            0.0
+        } else {
+            hits as f64 / gets as f64
+        };
+        Some(self.weigh(probe_hits, ghosts(), give_back))
+    }
+
+    /// One weighing of [`RecordCache::rebalance`], with the probe's hit
+    /// ratio given: public for the fuzz target and tests.
+    pub fn weigh(&self, probe_hits: f64, ghosts: PoolGhosts, give_back: impl FnMut(usize)) -> bool {
+        let on = self.others.load(Ordering::Relaxed);
+        let gets = self.hits.load(Ordering::Relaxed) + self.misses.load(Ordering::Relaxed);
+        let mut balance = self.balance.lock();
+        balance.rebalances += 1;
+        let Some((last_gets, last_ghost_hits)) = balance.last.replace((gets, ghosts.hits)) else {
+            // The first window only sets where the pool's counters start.
+            return on;
+        };
+        let window_gets = gets.saturating_sub(last_gets);
+        let window_ghost_hits = ghosts.hits.saturating_sub(last_ghost_hits);
+        let others_bytes = (self.budget_bytes - self.shard_bytes) as f64;
+        // The gets the others' bytes would catch as blocks: the ghost hits
+        // per get, over the share of the ghosts' bytes they make.
+        let pool_gain = if window_gets == 0 || ghosts.bytes == 0 {
+            0.0
+        } else {
+            window_ghost_hits as f64 / window_gets as f64
+                * (others_bytes / ghosts.bytes as f64).min(1.0)
+        };
+        balance.probe_hits_per_mille = (probe_hits * 1000.0) as u64;
+        balance.pool_gain_per_mille = (pool_gain * 1000.0) as u64;
+        let want = if on {
+            probe_hits >= KEEP_FACTOR * pool_gain
+        } else {
+            probe_hits >= ENABLE_FACTOR * pool_gain
+        };
+        if want != on {
+            self.others.store(want, Ordering::Relaxed);
+            if !want {
+                balance.releases += 1;
+                drop(balance);
+                self.release_others(give_back);
+            }
+        }
+        want
+    }
+
+    /// Empties the shards besides the probe and gives their memory back.
+    fn release_others(&self, mut give_back: impl FnMut(usize)) {
+        let _allocating = self.allocating.lock();
+        for (index, shard) in self.shards.iter().enumerate() {
+            if index == PROBE_SHARD {
+                continue;
+            }
+            let ring = {
+                let mut shard = shard.lock();
+                if shard.ring.is_empty() {
+                    continue;
+                }
+                shard.release()
+            };
+            drop(ring);
+            self.allocated_shards.fetch_sub(1, Ordering::Relaxed);
+            give_back(self.shard_bytes);
+        }
     }
 
     /// Bytes of the budget the allocated shards hold: what was lent out of
@@ -468,8 +663,16 @@ impl RecordCache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             fills_refused: self.fills_refused.load(Ordering::Relaxed),
+            others_enabled: self.others.load(Ordering::Relaxed),
             ..RecordCacheStatus::default()
         };
+        {
+            let balance = self.balance.lock();
+            status.rebalances = balance.rebalances;
+            status.releases = balance.releases;
+            status.probe_hits_per_mille = balance.probe_hits_per_mille;
+            status.pool_gain_per_mille = balance.pool_gain_per_mille;
+        }
         for shard in self.shards.iter() {
             let shard = shard.lock();
             status.bytes_used += shard.used as u64;
@@ -518,6 +721,17 @@ impl RecordCache {
 }
 
 impl Shard {
+    /// Drops every record, the index and the frequency sketch (their
+    /// memory goes back to the pool); returns the ring.
+    fn release(&mut self) -> Vec<u8> {
+        self.index = HashMap::default();
+        self.sketch = Sketch::default();
+        self.head = 0;
+        self.tail = 0;
+        self.used = 0;
+        std::mem::take(&mut self.ring)
+    }
+
     /// TinyLFU's admission: true if the ring has room for `len` more bytes
     /// without evicting, or if the record of `hash` was read more often
     /// lately than the record it would evict (or none is found among the
@@ -870,6 +1084,106 @@ mod tests {
         assert_eq!(lent.get(), SHARDS << 16);
         assert_eq!(cache.status().allocated_bytes, (SHARDS << 16) as u64);
         cache.check_invariants();
+    }
+
+    /// A key of shard `shard`, the `n`-th found.
+    fn key_in_shard(shard: usize, n: usize) -> Vec<u8> {
+        (0u32..)
+            .map(u32::to_le_bytes)
+            .filter(|key| RecordCache::shard_index(key_hash(key)) == shard)
+            .nth(n)
+            .unwrap()
+            .to_vec()
+    }
+
+    #[test]
+    fn shards_that_serve_less_than_the_pool_would_give_their_memory_back() {
+        let cache = RecordCache::new(SHARDS << 16).unwrap();
+        let (lent, returned) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        let lend = |bytes| {
+            lent.set(lent.get() + bytes);
+            true
+        };
+        let give_back = |bytes| returned.set(returned.get() + bytes);
+        let mut out = Vec::new();
+        for shard in 0..SHARDS {
+            cache.fill(cache.epoch(), &key_in_shard(shard, 0), b"v", lend);
+        }
+        assert_eq!(cache.allocated_bytes(), SHARDS << 16);
+        // The first weighing only notes the pool's counters.
+        let ghosts = |hits| PoolGhosts {
+            hits,
+            bytes: 64 << 20,
+        };
+        assert!(cache.weigh(0.05, ghosts(0), give_back));
+        // Gets since then: 100 (the fills' gets were not counted), and 40
+        // ghost hits: the others' 63 x 64 KiB would catch 40 / 100 x
+        // (4,128,768 / 64 MiB) = 2.46% of the gets. A probe serving 3.5%
+        // keeps them (over 1.25x)...
+        for _ in 0..100 {
+            cache.get_into(b"no such key", &mut out);
+        }
+        assert!(cache.weigh(0.035, ghosts(40), give_back));
+        assert_eq!(returned.get(), 0);
+        // ... 2% does not: every shard but the probe is emptied and its
+        // memory given back.
+        for _ in 0..100 {
+            cache.get_into(b"no such key", &mut out);
+        }
+        assert!(!cache.weigh(0.02, ghosts(80), give_back));
+        assert_eq!(returned.get(), (SHARDS - 1) << 16);
+        assert_eq!(cache.allocated_bytes(), 1 << 16);
+        let status = cache.status();
+        assert!(!status.others_enabled);
+        assert_eq!((status.releases, status.entries), (1, 1));
+        assert_eq!(status.probe_hits_per_mille, 20);
+        assert_eq!(status.pool_gain_per_mille, 24);
+        cache.check_invariants();
+        // Meanwhile other shards neither serve nor fill, nor lend; the
+        // probe does.
+        let (probe_key, other_key) = (key_in_shard(PROBE_SHARD, 1), key_in_shard(5, 1));
+        cache.fill(cache.epoch(), &other_key, b"w", |_| {
+            panic!("lent while released")
+        });
+        assert!(!cache.get_into(&other_key, &mut out));
+        assert!(cache.get_into(&key_in_shard(PROBE_SHARD, 0), &mut out));
+        cache.fill(cache.epoch(), &probe_key, b"p", lend);
+        assert!(cache.get_into(&probe_key, &mut out));
+        // A probe serving twice what the pool would takes them again, as
+        // fills come.
+        for _ in 0..100 {
+            cache.get_into(b"no such key", &mut out);
+        }
+        assert!(!cache.weigh(0.04, ghosts(120), give_back), "under 2x");
+        assert!(cache.weigh(0.06, ghosts(160), give_back));
+        cache.fill(cache.epoch(), &other_key, b"w", lend);
+        assert!(cache.get_into(&other_key, &mut out));
+        assert_eq!(out, b"w");
+        assert_eq!(cache.allocated_bytes(), 2 << 16);
+        assert_eq!(lent.get() - returned.get(), cache.allocated_bytes());
+        cache.check_invariants();
+    }
+
+    #[test]
+    fn rebalance_weighs_once_per_window_of_probe_gets() {
+        let cache = RecordCache::new(SHARDS << 16).unwrap();
+        let mut out = Vec::new();
+        let ghosts = || PoolGhosts {
+            hits: 0,
+            bytes: 64 << 20,
+        };
+        // Due at the start: the first call notes the counters.
+        assert_eq!(cache.rebalance(ghosts, |_| {}), Some(true));
+        assert_eq!(cache.rebalance(ghosts, |_| {}), None);
+        let probe_key = key_in_shard(PROBE_SHARD, 0);
+        for _ in 0..PROBE_WINDOW_GETS - 1 {
+            cache.get_into(&probe_key, &mut out);
+            assert_eq!(cache.rebalance(ghosts, |_| {}), None);
+        }
+        cache.get_into(&probe_key, &mut out);
+        // No ghost hits: the pool would gain nothing, the cache stays.
+        assert_eq!(cache.rebalance(ghosts, |_| {}), Some(true));
+        assert_eq!(cache.status().rebalances, 2);
     }
 
     #[test]

@@ -2,4 +2,4 @@
 //! record cache, checked against a model with its `check_invariants()`.
 
 #[doc(hidden)]
-pub use crate::records::{RecordCache, WriteEpoch};
+pub use crate::records::{PoolGhosts, RecordCache, WriteEpoch};

@@ -10,7 +10,7 @@ use barracuda_pool::PoolStatus;
 use crate::db::{DbInner, TreeInner, TreeSlot};
 use crate::error::{Error, Result};
 use crate::options::{Durability, TreeOptions};
-use crate::records::{RecordCache, RecordCacheStatus};
+use crate::records::{PoolGhosts, RecordCache, RecordCacheStatus};
 
 /// Entries a range iterator copies on its first descent of the tree: a
 /// short range (`take(10)`) should not copy a whole leaf's worth.
@@ -108,7 +108,18 @@ impl Tree {
         let Some(records) = &self.slot.records else {
             return Ok(self.slot.read().tree.get_into(key, value)?);
         };
-        if records.get_into(key, value) {
+        let hit = records.get_into(key, value);
+        records.rebalance(
+            || {
+                let ghosts = self.slot.read().pool().ghost_blocks();
+                PoolGhosts {
+                    hits: ghosts.hits,
+                    bytes: ghosts.bytes,
+                }
+            },
+            |bytes| self.slot.read().pool().return_bytes(bytes),
+        );
+        if hit {
             return Ok(true);
         }
         let epoch = records.epoch();

@@ -3,15 +3,16 @@
 //! (admitted or not by its frequency sketch) and writes against a model of
 //! the tree's values. A get from the cache must return the model's value;
 //! `check_invariants()` walks every ring after every step. Some of the
-//! shards' loans from the pool are refused: the cache must hold exactly
-//! the loans it was granted.
+//! shards' loans from the pool are refused, and weighings against the pool
+//! give shards back (and let them fill again): the cache must hold exactly
+//! the loans it was granted less those it returned.
 #![no_main]
 
 use std::cell::Cell;
 use std::collections::HashMap;
 
 use arbitrary::Arbitrary;
-use barracuda::testing::RecordCache;
+use barracuda::testing::{PoolGhosts, RecordCache};
 use libfuzzer_sys::fuzz_target;
 
 /// Bounded input: at most this many operations per run.
@@ -27,6 +28,9 @@ enum Op {
     RacingFill(u16),
     /// A write of key `k` (removed before it changes, as the Db does).
     Write { key: u16, len: u16 },
+    /// A weighing against the pool: the probe's hit ratio (per mille) and
+    /// the pool's ghost hits since the last one.
+    Weigh { probe_per_mille: u16, ghost_hits: u8 },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -73,7 +77,8 @@ fuzz_target!(|input: Input| {
     let mut version = 0u32;
     let mut out = Vec::new();
     let refuse_every = u32::from(input.refuse_every % 4);
-    let (asked, granted) = (Cell::new(0u32), Cell::new(0usize));
+    let (asked, granted, returned) = (Cell::new(0u32), Cell::new(0usize), Cell::new(0usize));
+    let mut ghost_hits = 0u64;
     let lend = |bytes: usize| {
         asked.set(asked.get() + 1);
         let refused = refuse_every != 0 && asked.get().is_multiple_of(refuse_every);
@@ -118,10 +123,28 @@ fuzz_target!(|input: Input| {
                 version += 1;
                 tree.insert(k, (version, usize::from(len % VALUE_BYTES_MAX)));
             }
+            Op::Weigh {
+                probe_per_mille,
+                ghost_hits: hits,
+            } => {
+                ghost_hits += u64::from(hits);
+                let ghosts = PoolGhosts {
+                    hits: ghost_hits,
+                    bytes: 1 << 20,
+                };
+                let probe = f64::from(probe_per_mille % 1001) / 1000.0;
+                cache.weigh(probe, ghosts, |bytes| {
+                    returned.set(returned.get() + bytes);
+                });
+            }
         }
         cache.check_invariants();
         let status = cache.status();
-        assert_eq!(status.allocated_bytes, granted.get() as u64, "loans");
+        assert_eq!(
+            status.allocated_bytes,
+            (granted.get() - returned.get()) as u64,
+            "loans"
+        );
         assert!(status.bytes_used <= status.allocated_bytes, "{status:?}");
     }
 });

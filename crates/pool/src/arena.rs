@@ -166,7 +166,9 @@ pub(crate) enum ChunkUse {
     /// Split into blocks; `used_mask` has a bit per used slot.
     Slab { used_mask: u64 },
     /// Lent out of the budget ([`crate::BufferPool::lend_bytes`]): the pool
-    /// never uses it again, and its memory went back to the kernel.
+    /// does not use it until it is given back
+    /// ([`crate::BufferPool::return_bytes`]), and its memory went back to
+    /// the kernel.
     Lent,
 }
 
@@ -235,6 +237,20 @@ impl ChunkAllocator {
     pub(crate) fn lend(&mut self, chunk: u32) {
         self.leave_frame(chunk, ChunkUse::Lent);
         self.lent_chunk_count += 1;
+    }
+
+    /// Takes back one chunk lent out of the budget: free again (its memory
+    /// went back to the kernel, and reads as zeros until written). `None`
+    /// if none is lent.
+    pub(crate) fn take_back(&mut self) -> Option<u32> {
+        if self.lent_chunk_count == 0 {
+            return None;
+        }
+        let chunk = self.uses.iter().rposition(|u| *u == ChunkUse::Lent)? as u32;
+        self.uses[chunk as usize] = ChunkUse::Free;
+        self.free_chunks.push(chunk);
+        self.lent_chunk_count -= 1;
+        Some(chunk)
     }
 
     /// Turns a frame's chunk into `next` (free or lent).

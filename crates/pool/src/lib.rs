@@ -85,7 +85,7 @@ pub use policy::{
     FRAMES_ONLY_QUIET_MS, IO_TO_UNZIP_FACTOR, IntervalCounts, PolicyStatus, STAT_INTERVAL_COUNT,
     UNZIP_LRU_FLOOR_DIVISOR,
 };
-pub use pool::{Access, BufferPool, LEND_KEEP_BYTES_MIN, ManualClock, Services};
+pub use pool::{Access, BufferPool, GhostBlocks, LEND_KEEP_BYTES_MIN, ManualClock, Services};
 pub use readahead::{READ_AHEAD_IN_FLIGHT_DIVISOR, READ_AHEAD_WAIT_STRIPES};
 pub use status::{CodecCounters, LruEntry, PoolStatus};
 pub use table::PageIdHasher;

@@ -234,6 +234,11 @@ impl PolicyState {
         }
     }
 
+    /// Hits on the evicted-block ghost list so far, and its length.
+    pub(crate) fn ghost_blocks_sample(&self) -> (u64, u64) {
+        (self.ghost_block_hits, self.ghost_blocks.len() as u64)
+    }
+
     /// The minimum unzip_LRU length under which frames are never dropped.
     pub(crate) fn floor_len(lru_len: u32) -> u32 {
         lru_len / UNZIP_LRU_FLOOR_DIVISOR

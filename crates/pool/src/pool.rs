@@ -184,6 +184,16 @@ pub struct BufferPool {
 /// its loans are never refused.
 pub const LEND_KEEP_BYTES_MIN: usize = 1 << 20;
 
+/// The evicted-block ghost list of a pool ([`BufferPool::ghost_blocks`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GhostBlocks {
+    /// Misses, since the pool opened, of pages whose block had recently
+    /// been evicted.
+    pub hits: u64,
+    /// Bytes the list's entries stand for (entries times the block size).
+    pub bytes: u64,
+}
+
 impl BufferPool {
     /// Allocates the whole budget and opens an empty pool.
     pub fn open(config: PoolConfig, services: Services) -> Result<Self> {
@@ -244,9 +254,10 @@ impl BufferPool {
         })
     }
 
-    /// Takes `bytes` more out of the budget, for good, for memory that its
-    /// owner keeps beside the pool out of the same budget (a record cache
-    /// that grows as gets fill it): frees whole chunks as a miss would
+    /// Takes `bytes` more out of the budget, until [`BufferPool::return_bytes`],
+    /// for memory that its owner keeps beside the pool out of the same
+    /// budget (a record cache that grows as gets fill it): frees whole
+    /// chunks as a miss would
     /// (evicting pages, writing dirty victims), stops using them and gives
     /// their memory back to the kernel. Lent bytes add up; chunks are lent
     /// as their sum crosses each chunk. Returns `Ok(false)`, lending
@@ -275,6 +286,40 @@ impl BufferPool {
         }
         self.lent_bytes.store(lent_bytes as u64, Ordering::Relaxed);
         Ok(true)
+    }
+
+    /// Gives back `bytes` of what [`BufferPool::lend_bytes`] lent (at most
+    /// all of it): the chunks the lent sum no longer reaches are free
+    /// again, and the pool uses them as its own.
+    pub fn return_bytes(&self, bytes: usize) {
+        let _lending = self.lending.lock();
+        let lent_bytes = self.lent_bytes().saturating_sub(bytes);
+        let want = lent_bytes.div_ceil(self.arena.chunk_size_bytes());
+        let mut inner = self.inner.lock();
+        while inner.alloc.lent_chunk_count() as usize > want {
+            if inner.alloc.take_back().is_none() {
+                break;
+            }
+        }
+        self.lent_chunks
+            .store(inner.alloc.lent_chunk_count(), Ordering::Relaxed);
+        drop(inner);
+        self.lent_bytes.store(lent_bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The eviction policy's list of recently evicted blocks (ARC's ghosts):
+    /// the misses so far that hit it, and the bytes its entries stand for.
+    /// A hit is a miss that that much more memory would have caught, so
+    /// hits per get over the ghosts' bytes estimate what a byte more of
+    /// pool is worth (the record cache sizes itself by it).
+    pub fn ghost_blocks(&self) -> GhostBlocks {
+        let inner = self.inner.lock();
+        let (hits, len) = inner.policy.ghost_blocks_sample();
+        let slot_bytes = self.arena.chunk_size_bytes() / inner.alloc.slots_per_chunk() as usize;
+        GhostBlocks {
+            hits,
+            bytes: len * slot_bytes as u64,
+        }
     }
 
     /// Bytes lent out of the budget ([`BufferPool::lend_bytes`]).

@@ -677,3 +677,53 @@ fn lending_evicts_like_a_miss_and_keeps_every_page() {
     }
     pool.check_invariants();
 }
+
+/// Lent bytes given back return their chunks to the pool, which uses them
+/// again (pages read into them hold what they held), and only whole
+/// chunks the lent sum no longer reaches come back.
+#[test]
+fn returned_bytes_give_their_chunks_back_to_the_pool() {
+    let file = Arc::new(MemoryFile::default());
+    let chunks = 600;
+    let pool = simple_pool(
+        PageFormat::Compressed {
+            block_size_bytes: 1024,
+        },
+        chunks,
+        file,
+        Arc::new(AtomicU64::new(u64::MAX)),
+        None,
+    );
+    let pages = 1_000u64;
+    for page in 0..pages {
+        let mut guard = pool.create(PageId(page)).unwrap();
+        guard.write(100, &page.to_le_bytes()).unwrap();
+        assert_eq!(guard.commit(Lsn(1)).unwrap(), CommitOutcome::Fits);
+    }
+    assert!(pool.lend_bytes(200 * 4096).unwrap());
+    assert_eq!(pool.chunk_count(), 400);
+    // Half a chunk back: no chunk yet.
+    pool.return_bytes(2048);
+    assert_eq!(pool.chunk_count(), 400);
+    assert_eq!(pool.lent_bytes(), 200 * 4096 - 2048);
+    pool.check_invariants();
+    // The rest of that chunk and 99 more.
+    pool.return_bytes(2048 + 99 * 4096);
+    assert_eq!(pool.chunk_count(), 500);
+    assert_eq!(pool.lent_bytes(), 100 * 4096);
+    pool.check_invariants();
+    // More than is lent: all of it.
+    pool.return_bytes(1 << 30);
+    assert_eq!((pool.chunk_count(), pool.lent_bytes()), (600, 0));
+    // The chunks are used again: every page read back into the pool whole.
+    for page in 0..pages {
+        let guard = pool.fix_shared(PageId(page)).unwrap();
+        assert_eq!(guard[100..108], page.to_le_bytes(), "page {page}");
+    }
+    assert_eq!(pool.status().budget_bytes, 600 * 4096);
+    pool.check_invariants();
+    // And lent again.
+    assert!(pool.lend_bytes(10 * 4096).unwrap());
+    assert_eq!(pool.chunk_count(), 590);
+    pool.check_invariants();
+}
