@@ -54,8 +54,8 @@ pub struct Setup {
     /// values do not compress: uncompressed pages there; workload 2's
     /// compressible values: zstd by default).
     pub barracuda_tree: barracuda::TreeOptions,
-    /// Barracuda only: size of its log ring (`Options::log_bytes`), which
-    /// is preallocated and counted in the size on disk.
+    /// Barracuda only: the most log it keeps after its last checkpoint
+    /// (`Options::log_bytes`); its files hold only the log since then.
     pub barracuda_log_bytes: u64,
     /// Barracuda only: its I/O backend (`Options::io_backend`).
     pub barracuda_io: barracuda::io::Backend,

@@ -132,22 +132,22 @@ struct Args {
     #[arg(long, value_enum, default_value_t = W2Flush::Odirect)]
     barracuda_flush: W2Flush,
     /// Workload 2: of Barracuda's cache budget (the same as every engine's),
-    /// the MiB that hold single records (`Options::record_cache_bytes`);
-    /// the buffer pool gets the rest. Barracuda alone, one run each (the
-    /// page counts barely vary): 8 of the 64 MiB read 3% more pages from
-    /// the disk in the uniform pass and 11% fewer in the Zipf pass, which
-    /// decompressed 63% fewer blocks; 12 and 16 read 4-5% more in the
-    /// uniform pass and about as many in the Zipf pass (docs/benchmarks.md,
-    /// "A record cache"). 0: all pool. The load opens with it too: it
-    /// makes no gets, so the cache takes nothing from its pool.
+    /// the MiB that may hold single records (`Options::record_cache_bytes`);
+    /// the buffer pool has the rest, and all of it while the cache does not
+    /// serve more gets than that memory would as pool (it weighs a probe
+    /// shard's hits against the pool's ghost hits every ~32,000 gets).
+    /// With 8: the uniform pass gives it back and reads 0.85% more pages
+    /// than with 0 (what it filled before it weighed), the Zipf pass keeps
+    /// it and reads 11.8% fewer (docs/benchmarks.md, session 22). The load
+    /// opens with it too: it makes no gets, so the cache takes nothing from
+    /// its pool.
     #[arg(long, default_value_t = 8)]
     barracuda_record_cache_mib: usize,
-    /// Workload 2: Barracuda's log ring (`Options::log_bytes`), MiB; the
-    /// default is Barracuda's. The sizes are taken closed, and a clean
-    /// close cuts the ring off the log file (open makes it again), so the
-    /// ring is not in them; a small ring makes the load slower (more
-    /// checkpoints: 39.5 s with 8 MiB against 32.8 s with 128 MiB, one run
-    /// each).
+    /// Workload 2: the most write-ahead log Barracuda keeps after its last
+    /// checkpoint (`Options::log_bytes`), MiB; the default is Barracuda's.
+    /// A checkpoint runs when half of it is in use, so a small one makes
+    /// the load slower (more checkpoints). The log's segment files hold
+    /// what came after the last checkpoint, so this is not in the sizes.
     #[arg(long, default_value_t = 128)]
     barracuda_log_mib: u64,
     /// Workload 2: after the load, run each engine's compaction where it
@@ -156,16 +156,18 @@ struct Args {
     /// report its time and the size after it, and read the compacted data.
     #[arg(long)]
     w2_compact: bool,
-    /// Workload 1: Barracuda's log ring (`Options::log_bytes`), MiB; 128 is
-    /// its default. Workload 1 takes its sizes with the engines open, so
-    /// the ring (a file of its full size) counts in them.
+    /// Workload 1: the most write-ahead log Barracuda keeps after its last
+    /// checkpoint (`Options::log_bytes`), MiB; 128 is its default. Workload
+    /// 1 takes its sizes with the engines open, so the log's segments since
+    /// the last checkpoint count in them.
     #[arg(long, default_value_t = 128)]
     barracuda_w1_log_mib: u64,
     /// Barracuda's idle checkpoint (`Options::idle_checkpoint`): ms without
-    /// a log append before it runs and gives the log's ring back; 0 turns
-    /// it off. 1000 is its default. Workload 1 has no such pause; with 50
-    /// it runs during the reads, and its size after the removals counts
-    /// only the removals' log (docs/benchmarks.md, session 18).
+    /// a log append before it checkpoints, which deletes the log's
+    /// segments before it; 0 turns it off. 1000 is its default. Workload 1
+    /// has no such pause; with 50 it runs during the reads, and its size
+    /// after the removals counts only the removals' log (docs/benchmarks.md,
+    /// sessions 18 and 21).
     #[arg(long, default_value_t = 1000)]
     barracuda_idle_checkpoint_ms: u64,
     /// Workload 1: Barracuda's page size, KiB.
