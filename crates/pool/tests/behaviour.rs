@@ -632,28 +632,33 @@ fn the_data_file_is_written_with_zeros_ahead_of_its_pages_and_trimmed_back() {
     pool.check_invariants();
 }
 
-/// Lending takes chunks out of the budget as a miss would take memory
-/// (evicting pages, writing dirty ones first), rounds the lent bytes up to
-/// whole chunks, keeps the pool its minimum, and loses no page.
-#[test]
-fn lending_evicts_like_a_miss_and_keeps_every_page() {
-    let file = Arc::new(MemoryFile::default());
-    let chunks = 600;
+/// A pool of 600 chunks of 1 KiB blocks holding `pages` pages, each with
+/// its number at byte 100 (the lending tests' start).
+fn lending_pool(pages: u64) -> BufferPool {
     let pool = simple_pool(
         PageFormat::Compressed {
             block_size_bytes: 1024,
         },
-        chunks,
-        file,
+        600,
+        Arc::new(MemoryFile::default()),
         Arc::new(AtomicU64::new(u64::MAX)),
         None,
     );
-    let pages = 590u64;
     for page in 0..pages {
         let mut guard = pool.create(PageId(page)).unwrap();
         guard.write(100, &page.to_le_bytes()).unwrap();
         assert_eq!(guard.commit(Lsn(1)).unwrap(), CommitOutcome::Fits);
     }
+    pool
+}
+
+/// Lending takes chunks out of the budget as a miss would take memory
+/// (evicting pages, writing dirty ones first), rounds the lent bytes up to
+/// whole chunks, keeps the pool its minimum, and loses no page.
+#[test]
+fn lending_evicts_like_a_miss_and_keeps_every_page() {
+    let pages = 590u64;
+    let pool = lending_pool(pages);
     assert_eq!(pool.status().free_chunk_count, 0, "the pages fill the pool");
     // 300 chunks less 102 bytes, in three loans: 300 chunks lent.
     for _ in 0..3 {
@@ -683,23 +688,8 @@ fn lending_evicts_like_a_miss_and_keeps_every_page() {
 /// chunks the lent sum no longer reaches come back.
 #[test]
 fn returned_bytes_give_their_chunks_back_to_the_pool() {
-    let file = Arc::new(MemoryFile::default());
-    let chunks = 600;
-    let pool = simple_pool(
-        PageFormat::Compressed {
-            block_size_bytes: 1024,
-        },
-        chunks,
-        file,
-        Arc::new(AtomicU64::new(u64::MAX)),
-        None,
-    );
     let pages = 1_000u64;
-    for page in 0..pages {
-        let mut guard = pool.create(PageId(page)).unwrap();
-        guard.write(100, &page.to_le_bytes()).unwrap();
-        assert_eq!(guard.commit(Lsn(1)).unwrap(), CommitOutcome::Fits);
-    }
+    let pool = lending_pool(pages);
     assert!(pool.lend_bytes(200 * 4096).unwrap());
     assert_eq!(pool.chunk_count(), 400);
     // Half a chunk back: no chunk yet.
