@@ -64,6 +64,9 @@ pub struct Setup {
     /// Barracuda only: the part of `cache_bytes` its record cache may take
     /// from the pool as gets fill it (`Options::record_cache_bytes`).
     pub barracuda_record_cache_bytes: usize,
+    /// Barracuda only: `Options::huge_pages` (transparent huge pages for
+    /// its buffer pool's arena).
+    pub barracuda_huge_pages: bool,
     /// Barracuda only: `Options::idle_checkpoint`.
     pub barracuda_idle_checkpoint: Option<std::time::Duration>,
     /// LMDB only: `MDB_NORDAHEAD`, its documented setting for random reads
@@ -127,6 +130,7 @@ impl BarracudaEngine {
             .record_cache_bytes(setup.barracuda_record_cache_bytes)
             .idle_checkpoint(setup.barracuda_idle_checkpoint)
             .durability(barracuda::Durability::Sync)
+            .huge_pages(setup.barracuda_huge_pages)
             .open(&setup.dir)
             .context("barracuda open")?;
         let tree = db.tree("bench").context("barracuda tree")?;
