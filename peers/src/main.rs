@@ -144,14 +144,14 @@ struct Args {
     #[arg(long, default_value_t = 8)]
     barracuda_record_cache_mib: usize,
     /// Workload 2: Barracuda's buffer pool in transparent huge pages
-    /// (`Options::huge_pages`, off by the library's default: a pool that
-    /// fills zeroes 2 MiB at a time, which workload 1's writes pay for).
-    /// Eight alternating rounds of Barracuda alone: the uniform pass faster
-    /// in all eight (median 1.06x; a descent misses the TLB less), the Zipf
-    /// pass no different beyond the host's noise (median of the pairs
-    /// 1.02x): the record cache's loans split the huge pages there
-    /// (docs/benchmarks.md, session 22).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// (`Options::huge_pages`; off, as the library's default). Eight
+    /// alternating rounds of Barracuda alone: the uniform pass faster in
+    /// all eight (median 1.06x; a descent misses the TLB less), the Zipf
+    /// pass 1.02x at the median of the pairs but its decompressions slower;
+    /// six runs of all engines with it on: uniform 1.09x RocksDB, Zipf
+    /// 0.94x (docs/benchmarks.md, session 22). The record cache's loans
+    /// split the huge pages at the Zipf pass.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     barracuda_huge_pages: bool,
     /// Workload 2: the most write-ahead log Barracuda keeps after its last
     /// checkpoint (`Options::log_bytes`), MiB; the default is Barracuda's.
