@@ -238,81 +238,34 @@ struct Shard {
     invalidations: u64,
 }
 
-/// A shard's ring of bytes, in a mapping of its own, zeroed: dropping it
-/// gives the memory back to the kernel at once. As a heap allocation (about
-/// 110 KiB), a released shard's ring stayed with the allocator while the
-/// pool used the same bytes again: peers workload 2's reads peaked 8 MiB
-/// higher once the cache gave its shards back. Empty (`Default`) until
-/// allocated.
+/// A shard's ring of bytes, in an anonymous mapping of its own, zeroed:
+/// dropping it gives the memory back to the kernel at once. As a heap
+/// allocation (about 110 KiB), a released shard's ring stayed with the
+/// allocator while the pool used the same bytes again: peers workload 2's
+/// reads peaked 8 MiB higher once the cache gave its shards back. Empty
+/// (`Default`) until allocated.
 #[derive(Default)]
-struct Ring {
-    mapping: Option<(std::ptr::NonNull<u8>, usize)>,
-}
-
-// SAFETY: the mapping is owned by the ring alone, and reached only through
-// `&self`/`&mut self` (the shard's mutex orders every access).
-unsafe impl Send for Ring {}
-// SAFETY: as above; `&Ring` only reads.
-unsafe impl Sync for Ring {}
+struct Ring(Option<memmap2::MmapMut>);
 
 impl Ring {
     /// A zeroed ring of `len` bytes; `None` if the kernel refuses it.
     fn new(len: usize) -> Option<Ring> {
-        if len == 0 {
-            return None;
-        }
-        // SAFETY: a new private anonymous mapping, no address asked for.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return None;
-        }
-        let ptr = std::ptr::NonNull::new(raw.cast::<u8>())?;
-        Some(Ring {
-            mapping: Some((ptr, len)),
-        })
+        memmap2::MmapMut::map_anon(len)
+            .ok()
+            .map(|map| Ring(Some(map)))
     }
 }
 
 impl std::ops::Deref for Ring {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match self.mapping {
-            // SAFETY: `len` bytes mapped readable and writable, zeroed at
-            // first, owned by this ring until it drops.
-            Some((ptr, len)) => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) },
-            None => &[],
-        }
+        self.0.as_deref().unwrap_or_default()
     }
 }
 
 impl std::ops::DerefMut for Ring {
     fn deref_mut(&mut self) -> &mut [u8] {
-        match self.mapping {
-            // SAFETY: as in `deref`, and `&mut self` makes this the only
-            // reference.
-            Some((ptr, len)) => unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), len) },
-            None => &mut [],
-        }
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        if let Some((ptr, len)) = self.mapping.take() {
-            // SAFETY: the mapping made in `new`, of `len` bytes, no longer
-            // borrowed (the ring is being dropped).
-            let rc = unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
-            debug_assert_eq!(rc, 0, "munmap of a record cache ring");
-        }
+        self.0.as_deref_mut().unwrap_or_default()
     }
 }
 
