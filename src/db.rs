@@ -780,7 +780,8 @@ fn open_pool(
         // (`RecordCache::fill`, `BufferPool::lend_bytes`).
         .buffer_pool_bytes(options.buffer_pool_bytes)
         .eviction_policy(options.eviction_policy)
-        .huge_pages(options.huge_pages);
+        .huge_pages(options.huge_pages)
+        .os_cache_tier(options.os_cache_tier);
     // Shared, so that read-ahead is installed on the pool's own thread.
     let pool = BufferPool::open_shared(config, services)?;
     Ok((pool, file, restored.restored))

@@ -163,6 +163,7 @@ pub struct Options {
     pub(crate) io_queue_depth: u32,
     pub(crate) huge_pages: bool,
     pub(crate) record_cache_bytes: usize,
+    pub(crate) os_cache_tier: bool,
 }
 
 impl Default for Options {
@@ -187,6 +188,7 @@ impl Default for Options {
             io_queue_depth: IO_QUEUE_DEPTH_DEFAULT,
             huge_pages: false,
             record_cache_bytes: 0,
+            os_cache_tier: false,
         }
     }
 }
@@ -235,6 +237,27 @@ impl Options {
     #[must_use]
     pub fn huge_pages(mut self, huge_pages: bool) -> Self {
         self.huge_pages = huge_pages;
+        self
+    }
+
+    /// Whether each buffer pool uses the OS page cache as a second tier of
+    /// compressed blocks, exclusive of the pool (2Q). Needs a buffered
+    /// [`Options::flush_method`] (`FlushMethod::Fsync`): the pool's budget
+    /// stays [`Options::buffer_pool_bytes`], and blocks the pool evicts can
+    /// come back from whatever memory the OS page cache has, the memory
+    /// buffered engines read through. A block read from the device enters
+    /// the pool on probation at its LRU tail and stays in the page cache; a
+    /// block found in the page cache (`preadv2(RWF_NOWAIT)`), or hit in the
+    /// pool while on probation, is kept by the pool and dropped from the
+    /// page cache (`POSIX_FADV_DONTNEED`), so the two hold different blocks.
+    /// Plain buffered I/O holds the blocks read last in both, which is why
+    /// it brings nothing. Blocks the pool writes stay in the page cache
+    /// until the kernel reclaims them. Default = false (`O_DIRECT`, the
+    /// pool is the only cache); measured with peers workload 2 in
+    /// docs/benchmarks.md.
+    #[must_use]
+    pub fn os_cache_tier(mut self, os_cache_tier: bool) -> Self {
+        self.os_cache_tier = os_cache_tier;
         self
     }
 
@@ -417,6 +440,13 @@ impl Options {
             return invalid(format!(
                 "buffer_pool_bytes {} is below the minimum of 1 MiB",
                 self.buffer_pool_bytes
+            ));
+        }
+        if self.os_cache_tier && self.flush_method.is_direct() {
+            return invalid(format!(
+                "os_cache_tier needs a buffered flush_method (FlushMethod::Fsync): \
+                 {:?} bypasses the OS page cache",
+                self.flush_method
             ));
         }
         // The pool lends the record cache its memory down to this floor.

@@ -61,6 +61,8 @@ pub struct Setup {
     pub barracuda_io: barracuda::io::Backend,
     /// Barracuda only: `Options::flush_method`.
     pub barracuda_flush: barracuda::io::FlushMethod,
+    /// Barracuda only: `Options::os_cache_tier`.
+    pub barracuda_os_cache_tier: bool,
     /// Barracuda only: the part of `cache_bytes` its record cache may take
     /// from the pool as gets fill it (`Options::record_cache_bytes`).
     pub barracuda_record_cache_bytes: usize,
@@ -126,6 +128,7 @@ impl BarracudaEngine {
             .log_bytes(setup.barracuda_log_bytes)
             .io_backend(setup.barracuda_io)
             .flush_method(setup.barracuda_flush)
+            .os_cache_tier(setup.barracuda_os_cache_tier)
             .buffer_pool_bytes(setup.cache_bytes)
             .record_cache_bytes(setup.barracuda_record_cache_bytes)
             .idle_checkpoint(setup.barracuda_idle_checkpoint)

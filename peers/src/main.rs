@@ -48,8 +48,13 @@ enum W2Flush {
     /// `O_DIRECT`, Barracuda's default: the buffer pool is its only cache.
     Odirect,
     /// Buffered I/O with fdatasync, as the other five engines: the OS page
-    /// cache holds blocks the pool has evicted, within the same cgroup.
+    /// cache holds the blocks read last, as the pool does, within the same
+    /// cgroup.
     Fsync,
+    /// Buffered, with the OS page cache as a second tier of blocks that the
+    /// pool does not hold (`Options::os_cache_tier`): what the cgroup
+    /// leaves beside the pool holds other blocks than the pool's.
+    Tier,
 }
 
 /// zstd's own default level.
@@ -128,8 +133,18 @@ struct Args {
     /// Workload 2: Barracuda's I/O backend.
     #[arg(long, value_enum, default_value_t = W2Io::Auto)]
     barracuda_io: W2Io,
-    /// Workload 2: how Barracuda opens its files.
-    #[arg(long, value_enum, default_value_t = W2Flush::Odirect)]
+    /// Workload 2: how Barracuda opens its files and whether it uses the
+    /// OS page cache. The other five engines read through the page cache
+    /// that their cgroup leaves beside their cache setting; with `odirect`
+    /// Barracuda leaves that memory unused (peak 83 of 112 MiB), with
+    /// `fsync` its page cache holds the blocks its pool holds too, and with
+    /// `tier` (the default) it holds other blocks: four alternating rounds
+    /// of Barracuda alone, `tier` against `odirect`, uniform 1.13x to 1.24x
+    /// and Zipf 1.11x to 1.15x in the three fast-host rounds, 1.00x and
+    /// 0.81x in the slow one, where the tier's extra CPU (page-cache inserts
+    /// and drops, about a quarter more for the reads) counts
+    /// (docs/benchmarks.md, session 23).
+    #[arg(long, value_enum, default_value_t = W2Flush::Tier)]
     barracuda_flush: W2Flush,
     /// Workload 2: of Barracuda's cache budget (the same as every engine's),
     /// the MiB that may hold single records (`Options::record_cache_bytes`);
@@ -559,6 +574,7 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             barracuda_log_bytes: args.barracuda_w1_log_mib << 20,
             barracuda_io: barracuda::io::Backend::Auto,
             barracuda_flush: barracuda::io::FlushMethod::ODirect,
+            barracuda_os_cache_tier: false,
             barracuda_record_cache_bytes: 0,
             barracuda_huge_pages: false,
             barracuda_idle_checkpoint: idle_checkpoint(args),
@@ -596,8 +612,9 @@ fn run_child(args: &Args, engine: &str, workload: u32) -> Result<()> {
             },
             barracuda_flush: match args.barracuda_flush {
                 W2Flush::Odirect => barracuda::io::FlushMethod::ODirect,
-                W2Flush::Fsync => barracuda::io::FlushMethod::Fsync,
+                W2Flush::Fsync | W2Flush::Tier => barracuda::io::FlushMethod::Fsync,
             },
+            barracuda_os_cache_tier: matches!(args.barracuda_flush, W2Flush::Tier),
             barracuda_record_cache_bytes: args.barracuda_record_cache_mib << 20,
             barracuda_huge_pages: args.barracuda_huge_pages,
             barracuda_idle_checkpoint: idle_checkpoint(args),

@@ -152,6 +152,27 @@ pub trait BlockFile: Send + Sync + Debug {
         AlignedBuf::zeroed(len_bytes, self.alignment().mem_bytes)
     }
 
+    /// Reads `buf.len()` bytes at `offset_bytes` only if the OS page cache
+    /// holds all of them (`preadv2` with `RWF_NOWAIT`): `Ok(true)` with
+    /// `buf` filled, `Ok(false)` (contents unspecified) when any of it would
+    /// have to come from the device. Always `Ok(false)` for a file opened
+    /// with `O_DIRECT` and for files without a page cache (the default).
+    /// How the pool uses the page cache as a second tier of blocks
+    /// (`PoolConfig::os_cache_tier`).
+    fn read_if_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, IoError> {
+        let _ = (offset_bytes, buf);
+        Ok(false)
+    }
+
+    /// Asks the kernel to drop the clean page-cache pages of the range
+    /// (`posix_fadvise(POSIX_FADV_DONTNEED)`; dirty pages stay until they
+    /// are written). A hint: the data is unchanged either way. Nothing for
+    /// `O_DIRECT` files and files without a page cache (the default).
+    fn uncache(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), IoError> {
+        let _ = (offset_bytes, len_bytes);
+        Ok(())
+    }
+
     /// Submits a batch of reads and writes without waiting. Each request
     /// yields exactly one [`Completion`] on `completions`, in any order;
     /// requests of one batch may run concurrently and in any order, so a

@@ -409,6 +409,82 @@ impl DiskCore {
         result.map_err(|e| os_error(OpKind::SetLen, self.path(), len_bytes, 0, e))
     }
 
+    /// `BlockFile::read_if_cached`: one `preadv2(RWF_NOWAIT)`, which
+    /// returns `EAGAIN` (or a short count) unless the page cache holds the
+    /// whole range.
+    pub(crate) fn read_if_cached(
+        &self,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> Result<bool, IoError> {
+        if self.opened.flush_method.is_direct() {
+            return Ok(false);
+        }
+        self.check_request(OpKind::Read, offset_bytes, buf.as_ptr() as usize, buf.len())?;
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        loop {
+            // SAFETY: one iovec over `buf`, which we borrow mutably for the
+            // call; a valid fd; the offset fits off_t (the file is smaller).
+            let n = unsafe {
+                libc::preadv2(
+                    self.opened.file.as_raw_fd(),
+                    &iov,
+                    1,
+                    offset_bytes as libc::off_t,
+                    libc::RWF_NOWAIT,
+                )
+            };
+            if n >= 0 {
+                return Ok(n as usize == buf.len());
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                // Not cached, or a kernel without RWF_NOWAIT for this file.
+                Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL) => return Ok(false),
+                _ => {
+                    return Err(os_error(
+                        OpKind::Read,
+                        self.path(),
+                        offset_bytes,
+                        buf.len(),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// `BlockFile::uncache`: `posix_fadvise(POSIX_FADV_DONTNEED)`.
+    pub(crate) fn uncache(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), IoError> {
+        if self.opened.flush_method.is_direct() || len_bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: a valid fd; fadvise only reads its integer arguments.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                self.opened.file.as_raw_fd(),
+                offset_bytes as libc::off_t,
+                len_bytes as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::from_raw_os_error(rc);
+        Err(os_error(
+            OpKind::Read,
+            self.path(),
+            offset_bytes,
+            len_bytes as usize,
+            e,
+        ))
+    }
+
     pub(crate) fn sync_data(&self) -> Result<(), IoError> {
         self.sync_state.check(self.path())?;
         let len_bytes = self.len()?;

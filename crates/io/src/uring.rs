@@ -799,6 +799,14 @@ impl BlockFile for UringFile {
         self.core.write_vectored_at(offset_bytes, bufs)
     }
 
+    fn read_if_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, IoError> {
+        self.core.read_if_cached(offset_bytes, buf)
+    }
+
+    fn uncache(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), IoError> {
+        self.core.uncache(offset_bytes, len_bytes)
+    }
+
     fn sync_data(&self) -> Result<(), IoError> {
         self.core.sync_data()
     }

@@ -148,3 +148,56 @@ fn data_survives_reopen_with_every_flush_method() {
         assert!(back.iter().all(|&b| b == method as u8 + 1), "{method:?}");
     }
 }
+
+/// `read_if_cached` reads only what the page cache holds, `uncache` drops
+/// the clean pages of a range, and neither does anything under `O_DIRECT`.
+#[test]
+fn read_if_cached_sees_only_the_page_cache() {
+    let dir = scratch_dir();
+    if is_tmpfs(dir.path()) {
+        // tmpfs files are their page cache: nothing can be dropped.
+        eprintln!("skipped: the scratch directory is on tmpfs");
+        return;
+    }
+    for backend in [Backend::Uring, Backend::Pread] {
+        let path = dir.path().join(format!("buffered-{backend:?}"));
+        let options = IoOptions::default()
+            .backend(backend)
+            .flush_method(FlushMethod::Fsync);
+        let file = barracuda_io::open(&path, &options).unwrap();
+        let mut data = file.alloc_buf(8192);
+        data.fill(0x5a);
+        file.write_at(0, &data).unwrap();
+        file.sync_data().unwrap();
+        let mut back = file.alloc_buf(8192);
+        // Written through the page cache: there.
+        assert!(file.read_if_cached(0, &mut back).unwrap(), "{backend:?}");
+        assert_eq!(&back[..], &data[..]);
+        // Clean after the sync, so dropped; a read brings it back.
+        file.uncache(0, 8192).unwrap();
+        assert!(!file.read_if_cached(0, &mut back).unwrap(), "{backend:?}");
+        file.read_at(0, &mut back).unwrap();
+        back.fill(0);
+        assert!(file.read_if_cached(0, &mut back).unwrap(), "{backend:?}");
+        assert_eq!(&back[..], &data[..]);
+        // Past the end is not cached either.
+        assert!(!file.read_if_cached(1 << 20, &mut back).unwrap());
+
+        let direct = dir.path().join(format!("direct-{backend:?}"));
+        let options = IoOptions::default().backend(backend);
+        let file = barracuda_io::open(&direct, &options).unwrap();
+        file.write_at(0, &data).unwrap();
+        file.sync_data().unwrap();
+        file.read_at(0, &mut back).unwrap();
+        assert!(!file.read_if_cached(0, &mut back).unwrap(), "{backend:?}");
+        file.uncache(0, 8192).unwrap();
+    }
+}
+
+fn is_tmpfs(path: &Path) -> bool {
+    std::process::Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(path)
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "tmpfs")
+}

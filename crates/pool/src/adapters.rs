@@ -427,6 +427,29 @@ impl PageFile for FileService {
         })
     }
 
+    fn read_if_cached(&self, offset: u64, buf: &mut [u8]) -> Result<bool> {
+        if !self.aligned(offset, buf) {
+            // The pool's slots are aligned; a bounce would cost the copy the
+            // tier saves.
+            return Ok(false);
+        }
+        self.file
+            .read_if_cached(offset, buf)
+            .map_err(|source| PoolError::File {
+                operation: "read",
+                offset_bytes: offset,
+                source,
+            })
+    }
+
+    fn uncache(&self, offset: u64, len_bytes: u64) {
+        if let Err(e) = self.file.uncache(offset, len_bytes) {
+            // A hint: the data is the same either way, only the OS cache
+            // keeps a copy the pool holds too.
+            tracing::debug!("dropping {len_bytes} bytes at {offset} from the page cache: {e}");
+        }
+    }
+
     fn sync_data(&self) -> Result<()> {
         self.file.sync_data().map_err(|source| PoolError::File {
             operation: "sync",

@@ -88,6 +88,21 @@ pub trait PageFile: Send + Sync {
     /// Makes every write that returned durable.
     fn sync_data(&self) -> Result<()>;
 
+    /// Fills `buf` from `offset` only if the OS page cache holds all of it
+    /// (see `barracuda_io::BlockFile::read_if_cached`); `Ok(false)` if not,
+    /// and always for a file without a page cache (the default).
+    fn read_if_cached(&self, offset: u64, buf: &mut [u8]) -> Result<bool> {
+        let _ = (offset, buf);
+        Ok(false)
+    }
+
+    /// Drops the OS page cache's clean copy of the range, a hint that
+    /// cannot fail (see `barracuda_io::BlockFile::uncache`). The default
+    /// holds no copy.
+    fn uncache(&self, offset: u64, len_bytes: u64) {
+        let _ = (offset, len_bytes);
+    }
+
     /// Gives back what the file holds past its last page (zeros written
     /// ahead of the pages) and its doublewrite area if it has one, and
     /// syncs the new lengths. Call it with no page write running. The

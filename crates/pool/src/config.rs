@@ -81,6 +81,14 @@ pub struct PoolConfig {
     /// `barracuda::Options::huge_pages` for what was measured).
     #[serde(default)]
     pub huge_pages: bool,
+    /// Uses the OS page cache of a buffered file (`FlushMethod::Fsync`) as a
+    /// second tier of blocks, exclusive of the pool (2Q): a page read from
+    /// the device enters the pool at the LRU tail and stays in the OS page
+    /// cache; a page found there (`BlockFile::read_if_cached`) or hit again
+    /// in the pool is dropped from it and kept by the pool as any other.
+    /// Default = false. Nothing happens with `O_DIRECT` files.
+    #[serde(default)]
+    pub os_cache_tier: bool,
 }
 
 impl Default for PoolConfig {
@@ -96,6 +104,7 @@ impl Default for PoolConfig {
             old_blocks_time_ms: OLD_BLOCKS_TIME_MS_DEFAULT,
             exhausted_wait_ms: EXHAUSTED_WAIT_MS_DEFAULT,
             huge_pages: false,
+            os_cache_tier: false,
         }
     }
 }
@@ -156,6 +165,14 @@ impl PoolConfig {
     #[must_use]
     pub fn huge_pages(mut self, huge_pages: bool) -> Self {
         self.huge_pages = huge_pages;
+        self
+    }
+
+    /// Whether the pool uses the OS page cache as a second tier of blocks.
+    /// Default = false.
+    #[must_use]
+    pub fn os_cache_tier(mut self, os_cache_tier: bool) -> Self {
+        self.os_cache_tier = os_cache_tier;
         self
     }
 

@@ -71,6 +71,10 @@ pub(crate) struct Desc {
     /// Cached by read-ahead and not fixed since (for
     /// `read_ahead_evicted_unused`).
     pub(crate) prefetched: AtomicBool,
+    /// Read from the device with the OS cache tier on and not hit in the
+    /// pool since: the OS page cache holds a copy too, which the pool's
+    /// next hit drops (`PoolConfig::os_cache_tier`).
+    pub(crate) in_os_cache: AtomicBool,
 }
 
 impl Desc {
@@ -85,6 +89,7 @@ impl Desc {
             first_access_ms: AtomicU64::new(0),
             young_clock: AtomicU64::new(0),
             prefetched: AtomicBool::new(false),
+            in_os_cache: AtomicBool::new(false),
         }
     }
 

@@ -215,6 +215,19 @@ impl Lru {
         self.adjust(flags);
     }
 
+    /// Inserts a newly cached page at the tail, the next to be evicted: a
+    /// page on probation, kept by the OS page cache (the pool's
+    /// `os_cache_tier`).
+    pub(crate) fn insert_tail(&mut self, d: u32, flags: &OldFlags) {
+        self.list.insert_before(NIL, d);
+        if self.old_first == NIL {
+            self.old_first = d;
+        }
+        flags.set(d, true);
+        self.old_len += 1;
+        self.adjust(flags);
+    }
+
     /// Moves a page to the head of the young sublist.
     pub(crate) fn make_young(&mut self, d: u32, flags: &OldFlags) {
         self.remove(d, flags);

@@ -455,6 +455,10 @@ impl BufferPool {
     /// without waiting out `old_blocks_time_ms` (see [`Access`]).
     fn touch(&self, d: u32, access: Access) {
         let desc = &self.descs[d as usize];
+        if desc.in_os_cache.load(Ordering::Relaxed) {
+            // A page on probation hit in the pool: the pool keeps it.
+            self.uncache_page(d);
+        }
         let first_ms = desc.first_access_ms.load(Ordering::Relaxed);
         if first_ms == 0 {
             // The first access of a page read ahead (or racing with one).
@@ -1028,16 +1032,37 @@ impl BufferPool {
     /// Publishes a page whose frame (and block) hold its contents: LRU
     /// (midpoint, or head when `young`), unzip_LRU.
     pub(crate) fn publish(&self, inner: &mut Inner, memory: PageMemory, young: bool) {
+        let placement = if young {
+            Placement::Young
+        } else {
+            Placement::Midpoint
+        };
+        self.publish_at(inner, memory, placement);
+    }
+
+    /// Publishes a page read from the device with the OS cache tier on: at
+    /// the LRU tail, so that the pool evicts it first while the OS page
+    /// cache keeps it; a hit in either makes the pool keep it (2Q's A1in).
+    fn publish_on_probation(&self, inner: &mut Inner, memory: PageMemory) {
+        self.descs[memory.desc as usize]
+            .in_os_cache
+            .store(true, Ordering::Relaxed);
+        self.publish_at(inner, memory, Placement::Tail);
+    }
+
+    fn publish_at(&self, inner: &mut Inner, memory: PageMemory, placement: Placement) {
         self.descs[memory.desc as usize]
             .prefetched
             .store(false, Ordering::Relaxed);
         let d = memory.desc;
         let desc = &self.descs[d as usize];
-        if young {
-            inner.lru.insert_new(d, &self.old_flags);
-            inner.lru.make_young(d, &self.old_flags);
-        } else {
-            inner.lru.insert_new(d, &self.old_flags);
+        match placement {
+            Placement::Young => {
+                inner.lru.insert_new(d, &self.old_flags);
+                inner.lru.make_young(d, &self.old_flags);
+            }
+            Placement::Midpoint => inner.lru.insert_new(d, &self.old_flags),
+            Placement::Tail => inner.lru.insert_tail(d, &self.old_flags),
         }
         self.lru_len
             .store(inner.lru.list().len(), Ordering::Relaxed);
@@ -1078,6 +1103,7 @@ impl BufferPool {
         desc.pin();
         desc.set_page_id(page_id);
         desc.set_state(state);
+        desc.in_os_cache.store(false, Ordering::Relaxed);
         desc.set_frame_chunk(memory.frame_chunk);
         desc.set_block_slot(memory.block_slot);
         if memory.frame_chunk != NIL {
@@ -1105,10 +1131,15 @@ impl BufferPool {
         let d = memory.desc;
         let desc = &self.descs[d as usize];
         match self.load(page_id, memory) {
-            Ok((read_ns, unzip_ns)) => {
+            Ok((read_ns, unzip_ns, source)) => {
+                let on_probation = self.config.os_cache_tier && source == Source::Device;
                 let mut inner = self.inner.lock();
                 inner.reading_count -= 1;
-                self.publish(&mut inner, memory, false);
+                if on_probation {
+                    self.publish_on_probation(&mut inner, memory);
+                } else {
+                    self.publish(&mut inner, memory, false);
+                }
                 let lru_len = inner.lru.list().len();
                 inner.stats.advance(self.now_ms());
                 inner.stats.add_io(1);
@@ -1127,6 +1158,15 @@ impl BufferPool {
                 }
                 drop(inner);
                 self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
+                if source == Source::OsCache {
+                    self.counters.os_cache_reads.fetch_add(1, Ordering::Relaxed);
+                    // The pool keeps it now: the OS page cache makes room
+                    // for pages the pool does not hold.
+                    let offset = page_id.0 * self.unit_size_bytes as u64;
+                    self.services
+                        .file
+                        .uncache(offset, self.unit_size_bytes as u64);
+                }
                 self.counters
                     .read_time_ns
                     .fetch_add(read_ns as u64, Ordering::Relaxed);
@@ -1144,31 +1184,52 @@ impl BufferPool {
     }
 
     /// Reads the page's unit into its block (or frame), verifies it and
-    /// decompresses it. Returns the read and unzip times in ns.
-    fn load(&self, page_id: PageId, memory: PageMemory) -> Result<(f64, f64)> {
+    /// decompresses it. Returns the read and unzip times in ns and where
+    /// the unit came from.
+    fn load(&self, page_id: PageId, memory: PageMemory) -> Result<(f64, f64, Source)> {
         let started = Instant::now();
         // SAFETY: the memory was just claimed for this page, which we hold
         // pinned and exclusively latched; nobody else can reach it.
         let frame = unsafe { self.frame_mut(memory.frame_chunk) };
         if !self.compressed {
-            self.read_unit(page_id, frame)?;
-            return Ok((started.elapsed().as_nanos() as f64, 0.0));
+            let source = self.read_unit(page_id, frame)?;
+            return Ok((started.elapsed().as_nanos() as f64, 0.0, source));
         }
         // SAFETY: as above, for the block slot.
         let block = unsafe { self.block_mut(memory.block_slot) };
-        self.read_unit(page_id, block)?;
+        let source = self.read_unit(page_id, block)?;
         let read_ns = started.elapsed().as_nanos() as f64;
         let started = Instant::now();
         self.services.codec.decompress(page_id, block, frame)?;
-        Ok((read_ns, started.elapsed().as_nanos() as f64))
+        Ok((read_ns, started.elapsed().as_nanos() as f64, source))
     }
 
     /// Reads the page's on-disk unit (its block, or the page when
     /// uncompressed) into `unit` and verifies its checksum and page id.
-    fn read_unit(&self, page_id: PageId, unit: &mut [u8]) -> Result<()> {
+    /// With the OS cache tier, from the OS page cache if it holds the unit.
+    fn read_unit(&self, page_id: PageId, unit: &mut [u8]) -> Result<Source> {
         let offset = page_id.0 * self.unit_size_bytes as u64;
-        self.services.file.read_at(offset, unit)?;
-        self.services.codec.verify(page_id, unit)
+        let file = &self.services.file;
+        let source = if self.config.os_cache_tier && file.read_if_cached(offset, unit)? {
+            Source::OsCache
+        } else {
+            file.read_at(offset, unit)?;
+            Source::Device
+        };
+        self.services.codec.verify(page_id, unit)?;
+        Ok(source)
+    }
+
+    /// Drops the OS page cache's copy of a page the pool now keeps (the OS
+    /// cache tier), if it may hold one.
+    fn uncache_page(&self, d: u32) {
+        let desc = &self.descs[d as usize];
+        if desc.in_os_cache.swap(false, Ordering::Relaxed) {
+            let offset = desc.page_id().0 * self.unit_size_bytes as u64;
+            self.services
+                .file
+                .uncache(offset, self.unit_size_bytes as u64);
+        }
     }
 
     /// Undoes a claimed read that failed: waiters will see `Failed`.
@@ -1297,4 +1358,25 @@ impl BufferPool {
         }
         self.try_drop_frame(&mut inner, d)
     }
+}
+
+/// Where a miss found the page's unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// Read from the device (or, without the OS cache tier, from wherever
+    /// the file layer read it).
+    Device,
+    /// Found whole in the OS page cache (the OS cache tier).
+    OsCache,
+}
+
+/// Where a page enters the LRU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    /// Head of the young sublist (a page just created).
+    Young,
+    /// Head of the old sublist (InnoDB's midpoint insertion).
+    Midpoint,
+    /// Tail: evicted first (on probation with the OS cache tier).
+    Tail,
 }

@@ -44,6 +44,7 @@ impl StripedCounter {
 pub(crate) struct Counters {
     pub(crate) page_gets: StripedCounter,
     pub(crate) pages_read: AtomicU64,
+    pub(crate) os_cache_reads: AtomicU64,
     pub(crate) pages_created: AtomicU64,
     pub(crate) pages_written: AtomicU64,
     pub(crate) unzips: AtomicU64,
@@ -118,6 +119,9 @@ pub struct PoolStatus {
     pub page_gets: u64,
     /// Pages read from the file (misses).
     pub pages_read: u64,
+    /// Of `pages_read`, those the OS page cache held (the OS cache tier).
+    #[serde(default)]
+    pub os_cache_reads: u64,
     /// Pages created.
     pub pages_created: u64,
     /// Pages written.
@@ -218,6 +222,7 @@ impl BufferPool {
             unzip_cur: cur.unzip,
             page_gets: gets,
             pages_read: reads,
+            os_cache_reads: c.os_cache_reads.load(Ordering::Relaxed),
             pages_created: c.pages_created.load(Ordering::Relaxed),
             pages_written: c.pages_written.load(Ordering::Relaxed),
             unzips: c.unzips.load(Ordering::Relaxed),
@@ -282,8 +287,8 @@ impl PoolStatus {
         );
         let _ = writeln!(
             out,
-            "Pages read {}, created {}, written {}",
-            self.pages_read, self.pages_created, self.pages_written
+            "Pages read {} ({} from the OS cache), created {}, written {}",
+            self.pages_read, self.os_cache_reads, self.pages_created, self.pages_written
         );
         let _ = writeln!(
             out,

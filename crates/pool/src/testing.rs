@@ -9,6 +9,7 @@
 //! followed by the page's bytes after it. A page "compresses"
 //! as well as it ends in zeros, which tests control exactly.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use barracuda_codec::{Lsn, PageId};
@@ -208,15 +209,79 @@ impl PageCodec for SimpleCodec {
 #[derive(Default)]
 pub struct MemoryFile {
     bytes: Mutex<Vec<u8>>,
-    /// Number of reads, for tests that count I/O.
+    /// Number of reads, for tests that count I/O (the device's: not those
+    /// `read_if_cached` serves).
     pub reads: AtomicU64,
     /// Number of writes.
     pub writes: AtomicU64,
+    /// A model of the OS page cache without a size limit, when on
+    /// ([`MemoryFile::with_os_cache`]): the offsets of the units read or
+    /// written and not dropped since.
+    os_cache: Option<Mutex<BTreeSet<u64>>>,
+    /// Reads `read_if_cached` served.
+    pub cached_reads: AtomicU64,
+}
+
+impl MemoryFile {
+    /// A file with a modelled OS page cache, empty (as after
+    /// `POSIX_FADV_DONTNEED` of the whole file).
+    pub fn with_os_cache() -> Self {
+        Self {
+            os_cache: Some(Mutex::default()),
+            ..Self::default()
+        }
+    }
+
+    /// The offsets the modelled page cache holds, ascending.
+    pub fn os_cached(&self) -> Vec<u64> {
+        self.os_cache
+            .as_ref()
+            .map_or_else(Vec::new, |cache| cache.lock().iter().copied().collect())
+    }
+
+    /// Empties the modelled page cache.
+    pub fn drop_os_cache(&self) {
+        if let Some(cache) = &self.os_cache {
+            cache.lock().clear();
+        }
+    }
+
+    fn cache_unit(&self, offset: u64) {
+        if let Some(cache) = &self.os_cache {
+            cache.lock().insert(offset);
+        }
+    }
 }
 
 impl PageFile for MemoryFile {
+    fn read_if_cached(&self, offset: u64, buf: &mut [u8]) -> Result<bool> {
+        let cached = self
+            .os_cache
+            .as_ref()
+            .is_some_and(|cache| cache.lock().contains(&offset));
+        if !cached {
+            return Ok(false);
+        }
+        self.cached_reads.fetch_add(1, Ordering::Relaxed);
+        let bytes = self.bytes.lock();
+        let start = offset as usize;
+        buf.copy_from_slice(&bytes[start..start + buf.len()]);
+        Ok(true)
+    }
+
+    fn uncache(&self, offset: u64, len_bytes: u64) {
+        if let Some(cache) = &self.os_cache {
+            let mut cache = cache.lock();
+            let dropped: Vec<u64> = cache.range(offset..offset + len_bytes).copied().collect();
+            for unit in dropped {
+                cache.remove(&unit);
+            }
+        }
+    }
+
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.reads.fetch_add(1, Ordering::Relaxed);
+        self.cache_unit(offset);
         let bytes = self.bytes.lock();
         let start = offset as usize;
         let Some(source) = bytes.get(start..start + buf.len()) else {
@@ -236,6 +301,7 @@ impl PageFile for MemoryFile {
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         self.writes.fetch_add(1, Ordering::Relaxed);
+        self.cache_unit(offset);
         let mut bytes = self.bytes.lock();
         let start = offset as usize;
         if bytes.len() < start + buf.len() {

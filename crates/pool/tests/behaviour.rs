@@ -717,3 +717,114 @@ fn returned_bytes_give_their_chunks_back_to_the_pool() {
     assert_eq!(pool.chunk_count(), 590);
     pool.check_invariants();
 }
+
+/// A compressed pool of 16 chunks (4 KiB pages, 1 KiB blocks) over a file
+/// with a modelled OS page cache, the cache tier on or off, after `count`
+/// pages were written, evicted and the page cache emptied (as the next
+/// process sees the file after `POSIX_FADV_DONTNEED`).
+fn tiered_pool(tier: bool, count: u64) -> (BufferPool, Arc<MemoryFile>) {
+    let file = Arc::new(MemoryFile::with_os_cache());
+    let config = PoolConfig::default()
+        .page_size_bytes(4096)
+        .format(PageFormat::Compressed {
+            block_size_bytes: 1024,
+        })
+        .buffer_pool_bytes(16 * 4096)
+        .os_cache_tier(tier);
+    let services = Services {
+        codec: Arc::new(SimpleCodec::default()),
+        file: file.clone(),
+        durable_lsn: Arc::new(|| Lsn(u64::MAX)),
+        clock: None,
+    };
+    let pool = BufferPool::open(config, services).unwrap();
+    for page in 0..count {
+        let mut guard = pool.create(PageId(page)).unwrap();
+        guard.write(100, &page.to_le_bytes()).unwrap();
+        assert_eq!(guard.commit(Lsn(1)).unwrap(), CommitOutcome::Fits);
+        drop(guard);
+        pool.flush_some(usize::MAX).unwrap();
+    }
+    pool.flush_all().unwrap();
+    for page in 0..count {
+        pool.evict(PageId(page));
+    }
+    assert!(pool.lru_snapshot().is_empty());
+    file.drop_os_cache();
+    file.reads.store(0, Ordering::Relaxed);
+    (pool, file)
+}
+
+fn cached_pages(pool: &BufferPool) -> Vec<u64> {
+    pool.lru_snapshot().iter().map(|e| e.page_id.0).collect()
+}
+
+/// With the tier, a page the pool evicted comes back from the page cache,
+/// not the device, and the page cache then drops it, as it drops a page
+/// hit in the pool: the two hold different pages. Without it, every pass
+/// reads the device again.
+#[test]
+fn the_os_cache_tier_holds_other_pages_than_the_pool() {
+    // The pool holds at most 64 of the 256 (16 chunks of 1 KiB blocks).
+    let pages = 256;
+    let (pool, file) = tiered_pool(true, pages);
+    read_all(&pool, pages);
+    pool.check_invariants();
+    assert_eq!(file.reads.load(Ordering::Relaxed), pages);
+    assert_eq!(pool.status().os_cache_reads, 0);
+    // Every page read is in the page cache; the pool holds some of them
+    // too, on probation.
+    assert_eq!(file.os_cached().len() as u64, pages);
+
+    read_all(&pool, pages);
+    pool.check_invariants();
+    let status = pool.status();
+    assert_eq!(file.reads.load(Ordering::Relaxed), pages, "no device read");
+    assert_eq!(
+        file.cached_reads.load(Ordering::Relaxed),
+        status.os_cache_reads
+    );
+    assert!(status.os_cache_reads >= pages - 64, "{status:?}");
+    assert_eq!(status.pages_read, pages + status.os_cache_reads);
+    // Read again, each page was either found in the page cache or hit in
+    // the pool; either way the page cache dropped it.
+    assert_eq!(file.os_cached(), Vec::<u64>::new());
+
+    let (pool, file) = tiered_pool(false, pages);
+    read_all(&pool, pages);
+    read_all(&pool, pages);
+    assert!(file.reads.load(Ordering::Relaxed) >= 2 * pages - 64);
+    assert_eq!(file.cached_reads.load(Ordering::Relaxed), 0);
+    assert_eq!(pool.status().os_cache_reads, 0);
+}
+
+/// A page read from the device enters at the LRU tail: once the pool is
+/// full, pages read once give way to each other and take about one page of
+/// the pool, where the midpoint lets them fill the old sublist; a page
+/// read twice stays either way.
+#[test]
+fn pages_read_once_from_the_device_give_way_to_each_other() {
+    let once_read_cached = |tier: bool| {
+        let (pool, _file) = tiered_pool(tier, 256);
+        // Fill the pool, then read page 5 again: the pool keeps it.
+        read_all(&pool, 64);
+        drop(pool.fix_shared(PageId(5)).unwrap());
+        for page in 100..200 {
+            drop(pool.fix_shared(PageId(page)).unwrap());
+            pool.check_invariants();
+        }
+        let cached = cached_pages(&pool);
+        assert!(cached.contains(&5), "tier {tier}: {cached:?}");
+        if tier {
+            assert_eq!(cached.last(), Some(&199), "the last read is the tail");
+        }
+        cached.iter().filter(|&&p| p >= 100).count()
+    };
+    let with_tier = once_read_cached(true);
+    let without = once_read_cached(false);
+    assert!(with_tier <= 2, "{with_tier} pages read once kept");
+    assert!(
+        without >= 10,
+        "{without} pages read once kept at the midpoint"
+    );
+}
