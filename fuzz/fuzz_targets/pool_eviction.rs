@@ -58,6 +58,8 @@ struct Input {
     fail_every: u8,
     /// Writes per flush batch, 1..=4.
     queue_depth: u8,
+    /// The OS cache tier over a modelled page cache.
+    os_cache_tier: bool,
     ops: Vec<Op>,
 }
 
@@ -96,6 +98,15 @@ impl PageFile for FaultyFile {
 
     fn sync_data(&self) -> barracuda_pool::Result<()> {
         self.inner.sync_data()
+    }
+
+    fn read_if_cached(&self, offset: u64, buf: &mut [u8]) -> barracuda_pool::Result<bool> {
+        self.fail("read")?;
+        self.inner.read_if_cached(offset, buf)
+    }
+
+    fn uncache(&self, offset: u64, len_bytes: u64) {
+        self.inner.uncache(offset, len_bytes);
     }
 
     fn queue_depth(&self) -> usize {
@@ -314,12 +325,17 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
         .format(format)
         .buffer_pool_bytes(chunk_count * PAGE_SIZE_BYTES)
         .eviction_policy(policy)
-        .exhausted_wait_ms(0);
+        .exhausted_wait_ms(0)
+        .os_cache_tier(input.os_cache_tier);
     let clock = ManualClock::new();
     let durable = Arc::new(AtomicU64::new(0));
     let durable_in = Arc::clone(&durable);
     let file = FaultyFile {
-        inner: MemoryFile::default(),
+        inner: if input.os_cache_tier {
+            MemoryFile::with_os_cache()
+        } else {
+            MemoryFile::default()
+        },
         count: AtomicU64::new(0),
         fail_every: u64::from(input.fail_every % 16),
         queue_depth: 1 + usize::from(input.queue_depth % 4),
