@@ -248,8 +248,12 @@ struct Shard {
 struct Ring(Option<memmap2::MmapMut>);
 
 impl Ring {
-    /// A zeroed ring of `len` bytes; `None` if the kernel refuses it.
+    /// A zeroed ring of `len` bytes; `None` for 0 bytes (an empty ring is
+    /// an unallocated one) or if the kernel refuses it.
     fn new(len: usize) -> Option<Ring> {
+        if len == 0 {
+            return None;
+        }
         memmap2::MmapMut::map_anon(len)
             .ok()
             .map(|map| Ring(Some(map)))

@@ -139,7 +139,7 @@ struct Args {
     /// Barracuda leaves that memory unused (peak 83 of 112 MiB), with
     /// `fsync` its page cache holds the blocks its pool holds too, and with
     /// `tier` (the default) it holds other blocks: four alternating rounds
-    /// of Barracuda alone, `tier` against `odirect`, uniform 1.13x to 1.24x
+    /// of Barracuda alone, `tier` against `odirect`, uniform 1.18x to 1.24x
     /// and Zipf 1.11x to 1.15x in the three fast-host rounds, 1.00x and
     /// 0.81x in the slow one, where the tier's extra CPU (page-cache inserts
     /// and drops, about a quarter more for the reads) counts

@@ -262,7 +262,7 @@ impl BufferPool {
             self.inner.lock().dirty[d as usize].writing = false;
             return Err(e);
         }
-        let offset_bytes = page_id.0 * self.unit_size_bytes as u64;
+        let offset_bytes = self.unit_offset(page_id);
         Ok(Some((IoRequest::write(offset_bytes, buf, tag), version)))
     }
 

@@ -840,6 +840,11 @@ impl BufferPool {
         }
         desc.set_block_slot(slot);
         desc.set_state(State::Both);
+        // With the tier, the page cache may hold the block now too: the
+        // fix's `touch` drops it, as for any page the pool keeps.
+        if self.config.os_cache_tier {
+            desc.in_os_cache.store(true, Ordering::Relaxed);
+        }
         inner.stats.advance(self.now_ms());
         inner.stats.add_io(1);
         drop(inner);
@@ -1158,21 +1163,22 @@ impl BufferPool {
                 }
                 drop(inner);
                 self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
-                if source == Source::OsCache {
-                    self.counters.os_cache_reads.fetch_add(1, Ordering::Relaxed);
-                    // The pool keeps it now: the OS page cache makes room
-                    // for pages the pool does not hold.
-                    let offset = page_id.0 * self.unit_size_bytes as u64;
-                    self.services
-                        .file
-                        .uncache(offset, self.unit_size_bytes as u64);
-                }
                 self.counters
                     .read_time_ns
                     .fetch_add(read_ns as u64, Ordering::Relaxed);
                 if !exclusive {
                     // SAFETY: `claim` latched the page exclusively for us.
                     unsafe { desc.downgrade() };
+                }
+                if source == Source::OsCache {
+                    // The pool keeps it now: the OS page cache makes room
+                    // for pages the pool does not hold (after the
+                    // downgrade, so that readers of the page do not wait
+                    // for the syscall).
+                    self.counters.os_cache_reads.fetch_add(1, Ordering::Relaxed);
+                    self.services
+                        .file
+                        .uncache(self.unit_offset(page_id), self.unit_size_bytes as u64);
                 }
                 Ok(Some(d))
             }
@@ -1208,7 +1214,7 @@ impl BufferPool {
     /// uncompressed) into `unit` and verifies its checksum and page id.
     /// With the OS cache tier, from the OS page cache if it holds the unit.
     fn read_unit(&self, page_id: PageId, unit: &mut [u8]) -> Result<Source> {
-        let offset = page_id.0 * self.unit_size_bytes as u64;
+        let offset = self.unit_offset(page_id);
         let file = &self.services.file;
         let source = if self.config.os_cache_tier && file.read_if_cached(offset, unit)? {
             Source::OsCache
@@ -1225,11 +1231,17 @@ impl BufferPool {
     fn uncache_page(&self, d: u32) {
         let desc = &self.descs[d as usize];
         if desc.in_os_cache.swap(false, Ordering::Relaxed) {
-            let offset = desc.page_id().0 * self.unit_size_bytes as u64;
-            self.services
-                .file
-                .uncache(offset, self.unit_size_bytes as u64);
+            self.services.file.uncache(
+                self.unit_offset(desc.page_id()),
+                self.unit_size_bytes as u64,
+            );
         }
+    }
+
+    /// Where the page's unit (block, or page when uncompressed) is in the
+    /// file.
+    pub(crate) fn unit_offset(&self, page_id: PageId) -> u64 {
+        page_id.0 * self.unit_size_bytes as u64
     }
 
     /// Undoes a claimed read that failed: waiters will see `Failed`.

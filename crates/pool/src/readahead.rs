@@ -328,7 +328,7 @@ impl BufferPool {
             inner.reading_count += 1;
             self.read_ahead.in_flight.fetch_add(1, Ordering::AcqRel);
             drop(inner);
-            let offset_bytes = page_id.0 * self.unit_size_bytes as u64;
+            let offset_bytes = self.unit_offset(page_id);
             let buf = self.services.file.alloc_buf(self.unit_size_bytes);
             requests.push(IoRequest::read(offset_bytes, buf, u64::from(memory.desc)));
         }

@@ -271,11 +271,9 @@ impl PageFile for MemoryFile {
 
     fn uncache(&self, offset: u64, len_bytes: u64) {
         if let Some(cache) = &self.os_cache {
-            let mut cache = cache.lock();
-            let dropped: Vec<u64> = cache.range(offset..offset + len_bytes).copied().collect();
-            for unit in dropped {
-                cache.remove(&unit);
-            }
+            cache
+                .lock()
+                .retain(|unit| !(offset..offset + len_bytes).contains(unit));
         }
     }
 
