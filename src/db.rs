@@ -367,6 +367,11 @@ pub struct RecoveryStats {
     pub inserts_applied: u64,
     /// Of the changes applied, the records removed by a logged delete.
     pub deletes_applied: u64,
+    /// Of the changes applied, those that fit their compressed block only
+    /// packed (no room kept for the modification log): a log written by a
+    /// build whose codec compressed smaller. Zero when the log was written
+    /// by this build.
+    pub changes_packed: u64,
 }
 
 /// An embedded key-value store: named B+trees over compressed pages. See the
@@ -816,12 +821,20 @@ fn replay(
                 let Some((pool, _)) = pools.get(&tree_id) else {
                     continue;
                 };
-                replay_change(pool, tree_id, page_id, group, replayed, stats, |guard| {
-                    for (offset, bytes) in patches {
-                        guard.write(offset as usize, bytes)?;
-                    }
-                    Ok(())
-                })?;
+                replay_change(
+                    pool,
+                    tree_id,
+                    page_id,
+                    group.into(),
+                    replayed,
+                    stats,
+                    |guard| {
+                        for (offset, bytes) in patches {
+                            guard.write(offset as usize, bytes)?;
+                        }
+                        Ok(())
+                    },
+                )?;
             }
             RedoEntry::Rebuild { page_id, recipe } => {
                 let applied = replay_writes(pools, page_id, group, replayed, stats, |page| {
@@ -855,36 +868,70 @@ fn replay_writes(
     group: &LoggedGroup,
     replayed: &mut HashMap<(u16, PageId), Lsn>,
     stats: &mut RecoveryStats,
-    writes: impl FnOnce(&[u8]) -> std::result::Result<Vec<barracuda_btree::store::Patch>, &'static str>,
+    writes: impl Fn(&[u8]) -> std::result::Result<Vec<barracuda_btree::store::Patch>, &'static str>,
 ) -> Result<bool> {
     let (tree_id, page_id) = split_logged_page_id(logged_page_id);
     let Some((pool, _)) = pools.get(&tree_id) else {
         return Ok(false);
     };
-    replay_change(pool, tree_id, page_id, group, replayed, stats, |guard| {
-        let writes = writes(guard.page()).map_err(|reason| Error::LogCorrupted {
+    replay_change(
+        pool,
+        tree_id,
+        page_id,
+        group.into(),
+        replayed,
+        stats,
+        |guard| {
+            let writes = writes(guard.page()).map_err(|reason| Error::LogCorrupted {
+                lsn: group.lsn,
+                reason,
+            })?;
+            for patch in writes {
+                guard.write(patch.offset as usize, &patch.bytes)?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Where a logged group starts and ends.
+#[derive(Clone, Copy)]
+struct GroupLsns {
+    lsn: Lsn,
+    end_lsn: Lsn,
+}
+
+impl From<&LoggedGroup> for GroupLsns {
+    fn from(group: &LoggedGroup) -> Self {
+        GroupLsns {
             lsn: group.lsn,
-            reason,
-        })?;
-        for patch in writes {
-            guard.write(patch.offset as usize, &patch.bytes)?;
+            end_lsn: group.end_lsn,
         }
-        Ok(())
-    })
+    }
 }
 
 /// Replays one change of a group (patches, or a logical change, which
 /// `change` writes into the page) onto page `page_id` of tree `tree_id`, unless the
 /// data file's block holds it already (see [`replay`]). Returns whether it
 /// applied the change.
+///
+/// Each entry is one commit of the running system, redone as one commit
+/// from the block the running system had, so a compressed page's block
+/// goes through the same appends and recompressions and fits as it did.
+/// Should it not (a codec library whose output grew since the log was
+/// written), the change is committed once more into a packed block (no
+/// room kept for the modification log): the page holds no more than it
+/// held in the running system, whose block held it with a log, and a
+/// compaction or the next split makes room again. Only a page that fits
+/// no block at all is `LogCorrupted`.
 fn replay_change(
     pool: &BufferPool,
     tree_id: u16,
     page_id: PageId,
-    group: &LoggedGroup,
+    group: GroupLsns,
     replayed: &mut HashMap<(u16, PageId), Lsn>,
     stats: &mut RecoveryStats,
-    change: impl FnOnce(&mut barracuda_pool::ExclusiveGuard<'_>) -> Result<()>,
+    mut change: impl FnMut(&mut barracuda_pool::ExclusiveGuard<'_>) -> Result<()>,
 ) -> Result<bool> {
     let mut guard = pool.fix_exclusive(page_id)?;
     let after = *replayed
@@ -897,7 +944,17 @@ fn replay_change(
     }
     stats.changes_applied += 1;
     change(&mut guard)?;
-    if guard.commit(group.end_lsn)? == CommitOutcome::DoesNotFit {
+    if guard.commit(group.end_lsn)? == CommitOutcome::Fits {
+        return Ok(true);
+    }
+    // The commit rolled the page back; recovery runs on one thread, so
+    // packing is on for this commit alone.
+    tracing::warn!("{page_id}: a redone change did not fit its block as logged; packing it");
+    stats.changes_packed += 1;
+    pool.set_packing(true);
+    let packed = change(&mut guard).and_then(|()| Ok(guard.commit(group.end_lsn)?));
+    pool.set_packing(false);
+    if packed? == CommitOutcome::DoesNotFit {
         return Err(Error::LogCorrupted {
             lsn: group.lsn,
             reason: "a logged change no longer fits its page's block",
@@ -1276,6 +1333,7 @@ impl DbInner {
                 for (offset, bytes) in op.patches(page) {
                     group.patch(logged, offset, bytes);
                 }
+                group.end_commit();
             }
         }
         if group.is_empty() && (continued || writer.groups_appended == 0) {
@@ -1495,6 +1553,67 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use barracuda_codec::{BlockSize, Codec, Geometry, PAGE_HEADER_RESERVED_BYTES};
+    use barracuda_pool::{CodecService, FileService, PageFormat, Services};
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    /// A change redone into a block it fits only packed is committed
+    /// packed: a log whose commits recompress differently (a codec that
+    /// compressed smaller when the log was written) still replays.
+    #[test]
+    fn a_redone_change_that_fits_only_packed_is_packed() {
+        let geometry = Geometry::new(16 << 10, BlockSize::Kib8).unwrap();
+        let services = Services {
+            codec: Arc::new(CodecService::new(Codec::zlib_default(), geometry).unwrap()),
+            file: Arc::new(FileService::new(Arc::new(barracuda_io::MemoryFile::new(
+                "redo",
+            )))),
+            durable_lsn: Arc::new(|| Lsn(u64::MAX)),
+            clock: None,
+        };
+        let config = barracuda_pool::PoolConfig::default()
+            .format(PageFormat::Compressed {
+                block_size_bytes: 8192,
+            })
+            .buffer_pool_bytes(1 << 20);
+        let pool = BufferPool::open(config, services).unwrap();
+        let mut rng = SmallRng::seed_from_u64(1);
+        let mut noise = |len: usize| -> Vec<u8> { (0..len).map(|_| rng.random()).collect() };
+        // 7,000 random bytes, recompressed with the log's reserve, then 700
+        // more appended to its modification log: the page fits its 8 KiB
+        // block only because its log holds part of it.
+        pool.create(PageId(1)).unwrap().commit(Lsn(1)).unwrap();
+        let at = PAGE_HEADER_RESERVED_BYTES;
+        for (offset, len, lsn) in [(at, 7000, 2), (at + 7000, 700, 3)] {
+            let mut guard = pool.fix_exclusive(PageId(1)).unwrap();
+            guard.write(offset, &noise(len)).unwrap();
+            assert_eq!(guard.commit(Lsn(lsn)).unwrap(), CommitOutcome::Fits);
+        }
+        // 500 bytes rewritten: the log is full, and the page recompressed
+        // with the reserve no longer fits; packed, it does.
+        let rewrite = noise(500);
+        let mut replayed = HashMap::new();
+        let mut stats = RecoveryStats::default();
+        let lsns = GroupLsns {
+            lsn: Lsn(10),
+            end_lsn: Lsn(20),
+        };
+        let applied = replay_change(
+            &pool,
+            1,
+            PageId(1),
+            lsns,
+            &mut replayed,
+            &mut stats,
+            |guard| Ok(guard.write(at + 100, &rewrite)?),
+        )
+        .unwrap();
+        assert!(applied);
+        assert_eq!(stats.changes_packed, 1);
+        let guard = pool.fix_shared(PageId(1)).unwrap();
+        assert_eq!(&guard.page()[at + 100..at + 600], &rewrite[..]);
+    }
 
     #[test]
     fn logged_page_ids_round_trip() {

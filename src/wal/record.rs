@@ -128,7 +128,13 @@ pub enum GroupKind {
 
 /// The page changes of one atomic operation, built before it is appended.
 ///
-/// Consecutive patches to the same page share one entry.
+/// Consecutive patches to the same page share one entry until
+/// [`RedoGroup::end_commit`]: an entry is one commit of its page, because
+/// redo commits each entry as the running system committed it. A compressed
+/// page's block depends on where its commits fell (each appends to the
+/// block's modification log, and a full log recompresses the page as it is
+/// at that commit), so two commits redone as one can recompress a page the
+/// running system never recompressed, into a block it does not fit.
 #[derive(Debug, Default, Clone)]
 pub struct RedoGroup {
     body: Vec<u8>,
@@ -170,8 +176,15 @@ impl RedoGroup {
         self.continued = continued;
     }
 
+    /// Ends the current commit: the next patch starts a new entry, even for
+    /// the same page.
+    pub fn end_commit(&mut self) {
+        self.open_patches = None;
+    }
+
     /// Records that `bytes` were written at `offset_bytes` of page `page_id`
-    /// (its runs of zeros as zero-fill patches).
+    /// (its runs of zeros as zero-fill patches), in the commit the last
+    /// patch is in if that was of the same page.
     pub fn patch(&mut self, page_id: PageId, offset_bytes: u32, bytes: &[u8]) {
         let start = match self.open_patches {
             Some((start, open_page)) if open_page == page_id => start,
@@ -644,6 +657,38 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// Two commits of one page stay two entries, so that redo commits them
+    /// as they were committed (see [`RedoGroup`]).
+    #[test]
+    fn each_commit_of_a_page_is_its_own_entry() {
+        let mut group = RedoGroup::new();
+        group.patch(PageId(7), 100, b"abc");
+        group.patch(PageId(7), 200, b"de");
+        group.end_commit();
+        group.patch(PageId(7), 300, b"f");
+        group.end_commit();
+        assert_eq!(group.entry_count(), 2);
+        let logged = logged(&group, Lsn(4096));
+        let entries = logged.entries().unwrap();
+        let commits: Vec<Vec<(u32, &[u8])>> = entries
+            .iter()
+            .map(|entry| match entry.clone() {
+                RedoEntry::Patches { page_id, patches } => {
+                    assert_eq!(page_id, PageId(7));
+                    patches.collect()
+                }
+                other => panic!("a patches entry, not {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            commits,
+            vec![
+                vec![(100, &b"abc"[..]), (200, &b"de"[..])],
+                vec![(300, &b"f"[..])]
+            ]
+        );
     }
 
     #[test]
