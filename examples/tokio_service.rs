@@ -30,7 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     println!("service database in {}", dir.display());
     let db = AsyncDb::open(Db::options().buffer_pool_bytes(8 << 20), dir).await?;
-    let sessions = db.tree("sessions").await?;
+    let requests = db.tree("requests").await?;
 
     let beats = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -48,7 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let mut clients = Vec::new();
     for client in 0..CLIENT_COUNT {
-        clients.push(tokio::spawn(handle_client(sessions.clone(), client)));
+        clients.push(tokio::spawn(handle_client(requests.clone(), client)));
     }
     let mut served = 0;
     for client in clients {
@@ -65,9 +65,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "the heartbeat beat {} times meanwhile on the same thread: no handler blocked it",
         beats.load(Ordering::Relaxed)
     );
-    let all = sessions.range_collect::<&[u8], _>(..).await?;
+    let all = requests.range_collect::<&[u8], _>(..).await?;
     println!(
-        "{} sessions stored; first: {:?}",
+        "{} requests stored; first: {:?}",
         all.len(),
         all.first().map(|(k, _)| String::from_utf8_lossy(k))
     );
@@ -75,13 +75,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// One client: logs in (a durable put) and reads its session back.
-async fn handle_client(sessions: AsyncTree, client: u64) -> barracuda::Result<u64> {
+/// One client: stores each request (a durable put) and reads it back.
+async fn handle_client(requests: AsyncTree, client: u64) -> barracuda::Result<u64> {
     for request in 0..REQUESTS_PER_CLIENT {
         let key = format!("client{client:02}/req{request:03}");
         let value = format!("{{\"client\": {client}, \"request\": {request}}}");
-        sessions.put(key.as_bytes(), value.as_bytes()).await?;
-        let read = sessions.get(key.as_bytes()).await?;
+        requests.put(key.as_bytes(), value.as_bytes()).await?;
+        let read = requests.get(key.as_bytes()).await?;
         assert_eq!(read.as_deref(), Some(value.as_bytes()), "read your write");
     }
     Ok(REQUESTS_PER_CLIENT)

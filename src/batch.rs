@@ -16,12 +16,12 @@ const PREFETCH_OPS_MIN: usize = barracuda_btree::PREFETCH_SAMPLE_KEYS;
 /// all or nothing, also across a crash.
 ///
 /// A batch is logged as one group, or as several when its worst case does
-/// not fit one (16 MiB, and a quarter of the ring): every group but the
+/// not fit one (16 MiB, and a quarter of the log budget): every group but the
 /// last is marked continued, and recovery applies them only together with
 /// the last. A batch's changed pages stay cached until its last group is
 /// logged, and no checkpoint can pass it, so its worst case (three pages
 /// per operation) must fit in half of each tree's pool, and its log size
-/// in half the ring (`log_bytes / 2`, where each operation counts three
+/// in half the log budget (`log_bytes / 2`, where each operation counts three
 /// page images): with the default log, 907 puts of 150 bytes with the
 /// default trees and pool (the pool's bound), 2,644 with a 1 GiB pool, and
 /// 1,332 with uncompressed 16 KiB pages and a 1 GiB pool (the log's). A
@@ -38,8 +38,8 @@ const PREFETCH_OPS_MIN: usize = barracuda_btree::PREFETCH_SAMPLE_KEYS;
 /// key keep their order). When fewer than three in four of its operations
 /// come after their predecessor, its splits are half splits: the ascending
 /// run is the sort's, not a sequential load for the split policy to pack
-/// (peers workload 1: batch writes 470 -> 410 ms, the removals after them
-/// 118 -> 83 ms).
+/// (packed leaves would be split again by the next writes among them, and
+/// half splits leave room for them).
 #[derive(Debug, Default)]
 pub struct WriteBatch {
     /// The trees the operations name, each once.
@@ -332,11 +332,11 @@ impl WriteBatch {
 
 /// The share of one atomic write's bounds that each part of a chunked
 /// write takes: a quarter. Each part reserves its worst case in the log
-/// ring before it starts (three page images per operation), so parts near
-/// the bound leave no room without a checkpoint first: the peers
-/// harness's removals took 420 to 502 ms in batches of 2,000 operations
-/// against 186 to 191 ms in batches of 300 (docs/benchmarks.md), and a
-/// quarter of workload 1's bound is about 330 puts.
+/// budget before it starts (three page images per operation), so parts
+/// near the bound leave no room without a checkpoint first, and each such
+/// part would wait for one; a quarter lets several parts pass between
+/// checkpoints while each stays large enough to amortise its log group
+/// (a few hundred small puts).
 pub(crate) const CHUNK_SHARE: usize = 4;
 
 /// Where [`WriteBatch::apply_chunked`] ends its parts (exclusive ends, the
@@ -421,11 +421,11 @@ const CHUNKED_DELETE_BYTES: usize = 64 << 20;
 ///   an ascending stream, whose leaves the split policy packs full, and
 ///   the next random puts would split them all again: in
 ///   `examples/profile_rows.rs` (`single`), 1,000 random puts after a load
-///   in key order split 648 leaves and took 334 to 352 ms, against 211 to
-///   297 ms after a load in random order. Applied sorted with half splits
-///   (10 alternating rounds): the load of 100,000 random puts took 201 ms
-///   instead of 246, and the 1,000 random puts after it 252 ms instead of
-///   231 (its leaves are 0.66 full instead of 0.68). Puts mostly in order
+///   in key order split 648 leaves. Applied sorted with half splits, a
+///   random load leaves its leaves about two-thirds full, as random
+///   inserts do, and each leaf's puts still arrive together while it is
+///   in the CPU's caches, which is cheaper than applying them as written.
+///   Puts mostly in order
 ///   (an ascending load, a few interleaved ascending streams) are applied
 ///   as written, for the split policy to see.
 /// - A run of deletes (up to the next put, [`ChunkedWriter::finish`], or

@@ -37,8 +37,8 @@
 //! the background every `checkpoint_interval`, when half the log is in use,
 //! when a write finds that a write like it would lack room an eighth of the
 //! log's budget from now (so that the next ones do not wait for a checkpoint of
-//! their own: in `profile_rows batch` the slowest of its 100 batches took 9
-//! to 45 ms instead of 79 to 204, the phase as a whole the same), when the
+//! their own: it runs beside them instead of in front of one of them, which
+//! bounds the slowest write rather than the total), when the
 //! log has been idle for `Options::idle_checkpoint`, and at close.
 //!
 //! # Recovery
@@ -218,8 +218,8 @@ impl TreeSlot {
     }
 }
 
-/// A set of page ids, hashed by one multiplication (SipHash's cost showed in
-/// `perf` of workload 1's load: 9 of the 79 samples under `append_group`).
+/// A set of page ids, hashed by one multiplication (page ids need no
+/// flood-resistant hash, and SipHash showed in profiles of `append_group`).
 type PageIdSet = HashSet<PageId, BuildHasherDefault<PageIdHasher>>;
 
 /// What the write mutex guards.
@@ -737,8 +737,8 @@ fn open_pool(
     }
     // One sequential write and one sync per batch of pages: pwrite on the
     // writing thread does it, without the rings, threads and buffers of an
-    // io_uring file (4 MiB of resident memory more per tree in workload 2's
-    // reads otherwise). The area's writes use their own buffer.
+    // io_uring file (megabytes of resident memory per tree for a file
+    // written in bursts). The area's writes use their own buffer.
     let doublewrite_path = dir.join(entry.doublewrite_file_name());
     let doublewrite_options = io_options
         .clone()
@@ -1241,8 +1241,8 @@ impl DbInner {
         loop {
             let state = self.write.lock();
             if self.log_has_room(log_bytes) {
-                // The head start: an eighth of the budget, about 17 MB of
-                // workload 1's batches (some 130 ms) by default.
+                // The head start: an eighth of the budget, so that the
+                // checkpoint can finish before the writers reach the end.
                 let head_start = (self.wal.log_bytes() / 8) as usize;
                 if !self.log_has_room(log_bytes + head_start)
                     && !self.checkpoint_wanted.swap(true, Ordering::Relaxed)
@@ -1367,10 +1367,10 @@ impl DbInner {
     /// picked: their image is before the target, and the checkpoint writes
     /// them (their oldest change is before it too), so recovery from the
     /// target reads them from the data file, and a change to them while the
-    /// checkpoint runs needs no second image. (Cleared, each checkpoint made
-    /// the changes of new pages made while it ran log their images again:
-    /// 16 to 20 MB more of `profile_rows batch`'s 89 MB once checkpoints ran
-    /// earlier.) Pages of a tree it does not find are forgotten, which only
+    /// checkpoint runs needs no second image. (Cleared, each checkpoint would
+    /// make the changes of new pages made while it ran log their images
+    /// again, a cost that grows with how often checkpoints run.) Pages of a
+    /// tree it does not find are forgotten, which only
     /// costs an image.
     fn checkpoint_with_lock_held(&self) -> Result<()> {
         let trees: Vec<_> = self.trees.read().iter().map(|t| t.load()).collect();

@@ -87,14 +87,14 @@ pub enum Error {
         /// What is wrong.
         reason: &'static str,
     },
-    /// The log ring has no room until a checkpoint advances.
+    /// The log budget has no room until a checkpoint advances.
     #[error(
         "the write-ahead log is full: {needed_bytes} bytes needed, {free_bytes} free until the next checkpoint"
     )]
     LogFull {
         /// Bytes the append needed.
         needed_bytes: u64,
-        /// Bytes free in the ring.
+        /// Bytes free in the log budget.
         free_bytes: u64,
     },
     /// A write or sync of the log failed earlier; the log accepts nothing

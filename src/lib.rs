@@ -8,6 +8,26 @@
 //! format lives in [`barracuda_codec`]. [`Db`] ties them together with a
 //! write-ahead log ([`wal`]), checkpoints and crash recovery.
 //!
+//! What it is not: a server, a SQL or document database, or a distributed
+//! store. It has no multi-statement transactions with reads: a
+//! [`WriteBatch`] is atomic, but readers see each write as it commits. One
+//! process opens a database directory at a time (a lock file refuses a
+//! second).
+//!
+//! What it guarantees:
+//! - With [`Durability::Sync`] (the default), a write that returned `Ok` is
+//!   found after any crash, power loss included; a [`WriteBatch`] is found
+//!   whole or not at all.
+//! - A torn page write is repaired at open from the tree's doublewrite
+//!   area; a damaged block is an [`Error`] naming the page, never a panic
+//!   or wrong data.
+//! - Each tree's pool and record cache together stay within
+//!   `buffer_pool_bytes` (the OS page cache of `os_cache_tier` is the
+//!   kernel's memory, outside it).
+//! - Every structure has a `check_invariants()` (the tree, the pool, the
+//!   record cache); [`Tree::check`] and `barracuda check DIR` verify every
+//!   block and tree invariant of a database.
+//!
 //! ```no_run
 //! # fn main() -> barracuda::Result<()> {
 //! let db = barracuda::Db::options()
@@ -24,6 +44,12 @@
 //! # Ok(())
 //! # }
 //! ```
+
+/// The README's code blocks, compiled as doc tests so that its example
+/// cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 pub use barracuda_btree as btree;
 pub use barracuda_codec as codec;

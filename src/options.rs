@@ -216,8 +216,8 @@ impl Options {
     /// back while it serves fewer gets than that memory would as pool (the
     /// pool's ghost hits tell), and takes it again when it serves twice as
     /// many, so this is its most. Must leave the pool at least 1 MiB.
-    /// Default = 0: no record cache (measured with peers workload 2 in
-    /// docs/benchmarks.md).
+    /// Default = 0: no record cache (a workload whose data fits the pool
+    /// gains nothing from it and pays a lookup per get).
     #[must_use]
     pub fn record_cache_bytes(mut self, record_cache_bytes: usize) -> Self {
         self.record_cache_bytes = record_cache_bytes;
@@ -229,11 +229,10 @@ impl Options {
     /// `/sys/kernel/mm/transparent_hugepage/enabled` is `madvise` or
     /// `always`): fewer page faults as the pool fills and fewer TLB misses
     /// on descents, and memory resident 2 MiB at a time. Default = false:
-    /// measured both ways in docs/design.md ("Memory"), 1M gets over
-    /// uncompressed pages took about 10% less time, but a pool filling up
-    /// spent about 6 ms zeroing each huge page on this VM, and the
-    /// compressed pool of `peers` workload 2 spent 12% more CPU on its
-    /// reads.
+    /// it cuts both ways (docs/design.md, "Memory"): gets over a large pool
+    /// miss the TLB less, but a filling pool zeroes 2 MiB at a time, which
+    /// writes into a growing pool pay for, and the record cache's loans
+    /// split the huge pages they come from.
     #[must_use]
     pub fn huge_pages(mut self, huge_pages: bool) -> Self {
         self.huge_pages = huge_pages;
@@ -253,8 +252,8 @@ impl Options {
     /// Plain buffered I/O holds the blocks read last in both, which is why
     /// it brings nothing. Blocks the pool writes stay in the page cache
     /// until the kernel reclaims them. Default = false (`O_DIRECT`, the
-    /// pool is the only cache); measured with peers workload 2 in
-    /// docs/benchmarks.md.
+    /// pool is the only cache): the page cache is the kernel's memory,
+    /// unbounded without a memory limit, and the tier costs CPU per read.
     #[must_use]
     pub fn os_cache_tier(mut self, os_cache_tier: bool) -> Self {
         self.os_cache_tier = os_cache_tier;
@@ -377,8 +376,8 @@ impl Options {
 
     /// Leaves a forward range scan asks the pool to read ahead (through the
     /// read I/O threads) once it enters a new leaf; 0 disables read-ahead.
-    /// Default = 0: on this project's test machine (a fast virtio disk,
-    /// 2 cores) 8 pages of read-ahead halved range-scan throughput
+    /// Default = 0: point lookups gain nothing from it, and each page read
+    /// ahead costs a copy and two thread hand-offs; long forward scans gain
     /// (`barracuda bench iothreads --read-ahead-pages 0|8`, see
     /// docs/benchmarks.md).
     #[must_use]

@@ -6,9 +6,9 @@
 //! a cached page's records are cold neighbours of its one hot record, so a
 //! byte of pool holds little of what is read, and a hit on a compressed
 //! block decompresses the whole page. The record cache holds the hot
-//! records alone: with 8 of its 64 MiB here, peers workload 2's Zipf pass
-//! (1,000-byte values in 16 KiB pages) read 11% fewer pages from the disk
-//! and decompressed 63% fewer blocks (docs/design.md, "Record cache").
+//! records alone, so a hit costs no page decompression and the pool's
+//! memory goes to the pages that are read for more than one record
+//! (docs/design.md, "Record cache").
 //!
 //! Gets look here first; a miss reads the tree and fills the cache. Scans
 //! never use it. Eviction is FIFO with reinsertion (a CLOCK, see
@@ -31,10 +31,9 @@
 //! [`KEEP_FACTOR`] times that; it takes them again, as fills come, once the
 //! probe serves [`ENABLE_FACTOR`] times that. Under a skewed load the few
 //! hot records serve far more gets per byte than pages that hold them among
-//! cold neighbours (peers workload 2's Zipf pass: 55% of the gets from 8 of
-//! 64 MiB); under a uniform one a record serves what its page would, so the
-//! cache only doubles what the pool holds and spends a compression per
-//! fill (the uniform pass read 8% faster without it).
+//! cold neighbours; under a uniform one a record serves what its page
+//! would, so the cache only doubles what the pool holds and spends a
+//! compression per fill.
 //!
 //! **Consistency.** The cache never serves a value that a get could not
 //! have read from the tree at that moment. Every write of the tree (under
@@ -240,9 +239,9 @@ struct Shard {
 
 /// A shard's ring of bytes, in an anonymous mapping of its own, zeroed:
 /// dropping it gives the memory back to the kernel at once. As a heap
-/// allocation (about 110 KiB), a released shard's ring stayed with the
-/// allocator while the pool used the same bytes again: peers workload 2's
-/// reads peaked 8 MiB higher once the cache gave its shards back. Empty
+/// allocation (about 110 KiB), a released shard's ring would stay with the
+/// allocator while the pool used the same bytes again, and the process
+/// would hold both. Empty
 /// (`Default`) until allocated.
 #[derive(Default)]
 struct Ring(Option<memmap2::MmapMut>);

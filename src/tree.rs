@@ -369,7 +369,7 @@ impl Tree {
     /// The most puts of `key_bytes`-byte keys and `value_bytes`-byte values
     /// that one [`crate::WriteBatch`] on this tree alone may hold (a delete
     /// counts as a put of an empty value); a larger batch is refused with
-    /// [`Error::BatchTooLarge`]. The bound comes from the log ring
+    /// [`Error::BatchTooLarge`]. The bound comes from the log budget
     /// (`Options::log_bytes`) and this tree's pool, so callers that split
     /// large transactions can ask instead of guessing. At least 1.
     pub fn batch_ops_max(&self, key_bytes: usize, value_bytes: usize) -> usize {

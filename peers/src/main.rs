@@ -124,10 +124,8 @@ struct Args {
     /// workload 2's records into an 8 KiB block, where a 4 KiB block holds
     /// at most 7 (8 x 524 bytes of random half and key exceed 4,096): 137.0
     /// against 147.4 MiB. 8 KiB pages carry half as many cold neighbours of
-    /// a hot key per cached block; twelve alternating reads runs on each
-    /// compacted copy gave 16 KiB 0.97x the uniform and 0.96x the Zipf gets/s
-    /// of 8 KiB (medians of the paired ratios, 0.74x to 1.23x: the host's
-    /// noise; see docs/benchmarks.md, workload 2).
+    /// a hot key per cached block, but their reads were no faster within
+    /// this host's noise, so the tree default stays.
     #[arg(long, default_value_t = 16)]
     barracuda_page_kib: usize,
     /// Workload 2: Barracuda's I/O backend.
@@ -143,7 +141,7 @@ struct Args {
     /// and Zipf 1.11x to 1.15x in the three fast-host rounds, 1.00x and
     /// 0.81x in the slow one, where the tier's extra CPU (page-cache inserts
     /// and drops, about a quarter more for the reads) counts
-    /// (docs/benchmarks.md, session 23).
+    /// (docs/benchmarks.md).
     #[arg(long, value_enum, default_value_t = W2Flush::Tier)]
     barracuda_flush: W2Flush,
     /// Workload 2: of Barracuda's cache budget (the same as every engine's),
@@ -153,7 +151,7 @@ struct Args {
     /// shard's hits against the pool's ghost hits every ~32,000 gets).
     /// With 8: the uniform pass gives it back and reads 0.85% more pages
     /// than with 0 (what it filled before it weighed), the Zipf pass keeps
-    /// it and reads 11.8% fewer (docs/benchmarks.md, session 22). The load
+    /// it and reads 11.8% fewer (docs/benchmarks.md). The load
     /// opens with it too: it makes no gets, so the cache takes nothing from
     /// its pool.
     #[arg(long, default_value_t = 8)]
@@ -162,9 +160,8 @@ struct Args {
     /// (`Options::huge_pages`; off, as the library's default). Eight
     /// alternating rounds of Barracuda alone: the uniform pass faster in
     /// all eight (median 1.06x; a descent misses the TLB less), the Zipf
-    /// pass 1.02x at the median of the pairs but its decompressions slower;
-    /// six runs of all engines with it on: uniform 1.09x RocksDB, Zipf
-    /// 0.94x (docs/benchmarks.md, session 22). The record cache's loans
+    /// pass 1.02x at the median of the pairs but its decompressions slower
+    /// (docs/design.md, "Memory"). The record cache's loans
     /// split the huge pages at the Zipf pass.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     barracuda_huge_pages: bool,
@@ -192,7 +189,7 @@ struct Args {
     /// segments before it; 0 turns it off. 1000 is its default. Workload 1
     /// has no such pause; with 50 it runs during the reads, and its size
     /// after the removals counts only the removals' log (docs/benchmarks.md,
-    /// sessions 18 and 21).
+    /// workload 1).
     #[arg(long, default_value_t = 1000)]
     barracuda_idle_checkpoint_ms: u64,
     /// Workload 1: Barracuda's page size, KiB.

@@ -25,21 +25,21 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum BenchCommand {
-    /// Compress and decompress pages with every codec (issue 2).
+    /// Compress and decompress pages with every codec.
     Codec(bench::codec::Args),
-    /// Random O_DIRECT reads and writes through the file layer (issue 3).
+    /// Random O_DIRECT reads and writes through the file layer.
     Io(bench::io::Args),
-    /// Leaf fill factor of each split policy under an insert pattern (issue 4).
+    /// Leaf fill factor of each split policy under an insert pattern.
     Fill(bench::fill::Args),
     /// The compression study: queries/s against the key range, per
-    /// configuration, zones A/B/C (issue 7).
+    /// configuration, zones A/B/C.
     Sweep(bench::sweep::Args),
     /// Pages against rows: hot keys served at acceptable speed per page
-    /// size and compression (issue 7).
+    /// size and compression.
     Hotset(bench::hotset::Args),
-    /// Range scans with 1 to 8 read I/O threads (issue 7).
+    /// Range scans with 1 to 8 read I/O threads.
     Iothreads(bench::iothreads::Args),
-    /// Buffered (Fsync) against O_DIRECT over pool and data sizes (issue 7).
+    /// Buffered (Fsync) against O_DIRECT over pool and data sizes.
     Flush(bench::flush::Args),
 }
 

@@ -78,7 +78,7 @@ pub struct PoolConfig {
     pub exhausted_wait_ms: u32,
     /// Asks the kernel for transparent huge pages for the arena
     /// (`madvise(MADV_HUGEPAGE)`). Default = false (see
-    /// `barracuda::Options::huge_pages` for what was measured).
+    /// `barracuda::Options::huge_pages` for why).
     #[serde(default)]
     pub huge_pages: bool,
     /// Uses the OS page cache of a buffered file (`FlushMethod::Fsync`) as a

@@ -35,10 +35,10 @@
 //!   deterministic mode the tests and the fuzzer use with files that
 //!   complete reads inline.
 //!
-//! The first design installed by callers only; with 16 clients each fix of
-//! a page in flight queued behind the others' installs on one mutex, and
-//! read-ahead halved the range-scan rate (`docs/benchmarks.md`,
-//! "iothreads").
+//! Installing by callers only does not scale: with 16 clients each fix of
+//! a page in flight queues behind the others' installs on one mutex, which
+//! halved the range-scan rate of `barracuda bench iothreads` with
+//! read-ahead on.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, Weak};

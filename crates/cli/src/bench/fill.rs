@@ -1,6 +1,6 @@
 //! `barracuda bench fill`: leaf fill factor of each split policy under an
 //! insert pattern (reproduces the TPC-C order-table degradation of the
-//! reference study, `shared/reference/btree-structure-degradation-oltp.ja.txt`).
+//! reference study of B-tree structure degradation under OLTP inserts).
 
 use anyhow::{Context, bail};
 use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig, TreeStats};

@@ -1,5 +1,5 @@
 //! `barracuda bench flush`: buffered I/O (`Fsync`) against `O_DIRECT` over
-//! pool sizes and data sizes (`shared/reference/innodb-flush-method-odirect.ja.txt`).
+//! pool sizes and data sizes (the reference study of `innodb_flush_method`).
 //! The sweep's uncompressed table, read by 16 clients with `id` uniform over
 //! all rows; the OS cache of the data file is dropped
 //! (`posix_fadvise(DONTNEED)`) before each run. Buffered reads can be served

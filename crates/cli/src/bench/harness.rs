@@ -1,4 +1,4 @@
-//! What every reference experiment (issue 7) shares: the common options, a
+//! What every reference experiment shares: the common options, a
 //! small [`Store`] trait with its implementation over a tree of the public
 //! `barracuda::Db` API, the measurement loop (client threads, warm-up,
 //! getrusage CPU time, pool counters), and the outputs (a table, `--json`,

@@ -1,5 +1,5 @@
 //! `barracuda bench hotset`: pages against rows
-//! (`shared/reference/innodb-caching-pages-vs-rows.ko.txt`). A sysbench
+//! (the reference study of caching pages against rows). A sysbench
 //! `sbtest` table with a pool scaled like 128 MB to 10M rows; a hot set of
 //! random keys grows 20% per step, each hot key read once before timing,
 //! then 16 clients read random hot keys. Hot keys are scattered, so each

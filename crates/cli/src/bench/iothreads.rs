@@ -1,5 +1,5 @@
 //! `barracuda bench iothreads`: the range query of
-//! `shared/reference/innodb-io-threads-ssd.ja.txt`,
+//! the reference study of InnoDB I/O threads on SSDs,
 //! `min(old_id) where id between r and r+1000` (a cursor over 1,000 rows)
 //! over the sweep's uncompressed table, with `read_io_threads` 1, 2, 4 and
 //! 8. Ordinary page reads run on the query's own thread (as InnoDB's); only

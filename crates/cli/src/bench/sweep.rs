@@ -1,5 +1,5 @@
 //! `barracuda bench sweep`: the compression study
-//! (`shared/reference/innodb-compression-performance.ja.txt`). A table of
+//! (the reference study of InnoDB compression performance). A table of
 //! `(id u64, old_id u32, text ~3,000 bytes, flags)` about 8x the pool, read
 //! by 16 client threads with `id` uniform in `[1, range]`, each query
 //! returning the first 100 bytes of the text; the range grows from a quarter
