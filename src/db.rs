@@ -8,8 +8,10 @@
 //! see [`crate::catalog`]), `wal.log` (the log's checkpoint slots) and its
 //! segments `wal-<LSN>.log` (see [`crate::wal`]), and one data file
 //! per tree, `tree-NNNNN.bdb`, with its own buffer pool. [`Db::compact`]
-//! replaces a tree's file (see `compact.rs`); a tree file the catalog does
-//! not name is left over from an interrupted one and deleted at open.
+//! replaces a tree's file (see `compact.rs`); the catalog lists the files
+//! of an unfinished one, which open deletes. Open refuses a directory whose
+//! files do not match what its catalog and last checkpoint say, before it
+//! changes anything (see `files.rs`).
 //!
 //! # Writes
 //!
@@ -59,7 +61,7 @@ use arc_swap::ArcSwap;
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -79,8 +81,10 @@ use crate::options::{Compression, Durability, Options, TreeOptions};
 use crate::records::{RecordCache, WriteEpoch};
 use crate::tree::Tree;
 pub use compact::{CompactStats, CompactStep};
+use files::{FileStamps, Inventory};
 
 mod compact;
+mod files;
 
 use crate::wal::{
     CONTROL_FILE_NAME, FileWrap, FsLogDir, GROUP_BYTES_MAX, LoggedGroup, RedoEntry, RedoGroup, Wal,
@@ -320,6 +324,9 @@ pub(crate) struct DbInner {
     durable: Arc<WalDurable>,
     trees: RwLock<Vec<Arc<TreeSlot>>>,
     catalog: Mutex<Catalog>,
+    /// The catalog's generation, for checkpoints (which must not take the
+    /// catalog lock: a compaction holds it while it checkpoints).
+    catalog_generation: AtomicU64,
     write: Mutex<WriteState>,
     checkpoint_lock: Mutex<()>,
     failure: Mutex<Option<String>>,
@@ -400,25 +407,36 @@ impl Db {
     }
 
     pub(crate) fn open_with(dir: &Path, options: Options) -> Result<Db> {
+        // Everything that can be refused is refused before anything is
+        // created, changed or deleted.
         options.validate()?;
+        if dir.as_os_str().is_empty() {
+            return Err(Error::InvalidOptions {
+                reason: "the database directory is an empty path".into(),
+            });
+        }
         std::fs::create_dir_all(dir)
             .map_err(|e| directory_error(dir, format!("cannot create: {e}")))?;
         let lock = DirLock::acquire(dir)?;
-        let catalog = Catalog::load(dir)?;
+        let inventory = Inventory::take(dir)?;
+        let catalog = match Catalog::load(dir)? {
+            None if inventory.is_new() => {
+                // The first file of a new database: with it and no tree,
+                // an interrupted initialisation may create the log later.
+                let mut catalog = Catalog::default();
+                catalog.store(dir)?;
+                catalog
+            }
+            loaded => inventory.require_catalog(dir, loaded)?,
+        };
+        let create_log = inventory.check_log(dir, &catalog)?;
+        let orphans = inventory.check_tree_files(dir, &catalog)?;
         let io_options = IoOptions::default()
             .backend(options.io_backend)
             .flush_method(options.flush_method)
             .read_io_threads(options.read_io_threads)
             .write_io_threads(options.write_io_threads)
             .queue_depth(options.io_queue_depth);
-        let durable = Arc::new(WalDurable::default());
-        let mut pools = HashMap::new();
-        let mut recovery = RecoveryStats::default();
-        for entry in &catalog.trees {
-            let (pool, file, restored) = open_pool(dir, entry, &options, &io_options, &durable)?;
-            recovery.pages_restored += restored as u64;
-            pools.insert(entry.id, (pool, file));
-        }
         let wrap: Option<FileWrap> = options.file_wrapper.as_ref().map(|w| {
             let w = Arc::clone(&w.0);
             Arc::new(move |path: &Path, file| w(path, file)) as FileWrap
@@ -426,12 +444,42 @@ impl Db {
         // The log writes one sequential run and syncs it per flush, from the
         // flushing thread: pwrite does that without an io_uring file's
         // threads, rings and buffers, which each segment would start again.
+        // Its calls are all synchronous, on the caller's thread: one idle
+        // worker of each kind instead of the data files' eight.
         let log_options = io_options
             .clone()
             .backend(barracuda_io::Backend::Pread)
+            .read_io_threads(1)
+            .write_io_threads(1)
             .buffer_count(1)
             .buffer_size_bytes(4096);
         let log_dir = Arc::new(FsLogDir::new(dir, log_options, wrap));
+        let stamps = if create_log {
+            None
+        } else {
+            match Wal::peek_checkpoint(log_dir.as_ref())? {
+                Some(checkpoint) => {
+                    FileStamps::decode(&checkpoint.payload)?.map(|stamps| (checkpoint.lsn, stamps))
+                }
+                None => unreachable!("a log that is not new has a control file that is not empty"),
+            }
+        };
+        if let Some((_, stamps)) = &stamps {
+            stamps.check_catalog(dir, &catalog)?;
+        }
+        let durable = Arc::new(WalDurable::default());
+        let mut pools = HashMap::new();
+        let mut recovery = RecoveryStats::default();
+        for entry in &catalog.trees {
+            let (pool, file, restored) = open_pool(dir, entry, &options, &io_options, &durable)?;
+            if let Some((checkpoint_lsn, stamps)) = &stamps
+                && let Some(recorded) = stamps.meta_lsn(entry.id)
+            {
+                files::check_tree_file(dir, entry, file.as_ref(), recorded, *checkpoint_lsn)?;
+            }
+            recovery.pages_restored += restored as u64;
+            pools.insert(entry.id, (pool, file));
+        }
         let wal_options = WalOptions::default().log_bytes(options.log_bytes);
         let mut replayed = HashMap::new();
         let started = Instant::now();
@@ -461,6 +509,7 @@ impl Db {
             durable,
             trees: RwLock::new(Vec::new()),
             catalog: Mutex::new(catalog.clone()),
+            catalog_generation: AtomicU64::new(catalog.generation),
             write: Mutex::new(WriteState::default()),
             checkpoint_lock: Mutex::new(()),
             failure: Mutex::new(None),
@@ -475,8 +524,19 @@ impl Db {
         });
         // Files of an interrupted compaction (or tree creation): their
         // trees are not in the catalog, and recovery skipped their log
-        // records.
-        let orphans = compact::remove_orphan_files(dir, &catalog)?;
+        // records. Only those the catalog accounts for are deleted (see
+        // `files.rs`), then it forgets them.
+        files::remove_files(dir, &orphans)?;
+        if !catalog.pending.is_empty() {
+            let mut next = catalog.clone();
+            next.pending.clear();
+            next.store(dir)?;
+            *inner.catalog.lock() = next;
+        }
+        inner
+            .catalog_generation
+            .store(inner.catalog.lock().generation, Ordering::Release);
+        let orphans = orphans.len();
         for entry in catalog.trees {
             let Some((pool, file)) = pools.remove(&entry.id) else {
                 unreachable!("every catalog tree has a pool");
@@ -673,12 +733,46 @@ impl Db {
 
     /// Checks every tree: its structure and every page's block (each page
     /// is read and verified). Returns the first problem found.
+    ///
+    /// Checks the directory first ([`Db::check_files`]).
     pub fn check(&self) -> Result<()> {
+        self.check_files()?;
         for slot in self.inner.trees.read().iter() {
             let tree = slot.load();
             tree.tree.check_invariants()?;
             tree.tree.store().check_invariants()?;
         }
+        Ok(())
+    }
+
+    /// Checks the directory's files: `CATALOG` is there, intact and names
+    /// the trees this database has open; `wal.log` is there and not empty;
+    /// every tree's data file is there; and every other tree file is one
+    /// the catalog lets the store delete (see `docs/safety.md`, "Damaged
+    /// and missing files").
+    pub fn check_files(&self) -> Result<()> {
+        let dir = &self.inner.dir;
+        let inventory = Inventory::take(dir)?;
+        let catalog = inventory.require_catalog(dir, Catalog::load(dir)?)?;
+        let open = self.inner.catalog.lock().trees.clone();
+        if catalog.trees != open {
+            return Err(directory_error(
+                dir,
+                format!(
+                    "{} names trees {:?}, but the database has {:?} open",
+                    crate::CATALOG_FILE_NAME,
+                    catalog.trees.iter().map(|t| &t.name).collect::<Vec<_>>(),
+                    open.iter().map(|t| &t.name).collect::<Vec<_>>()
+                ),
+            ));
+        }
+        if inventory.check_log(dir, &catalog)? {
+            return Err(directory_error(
+                dir,
+                format!("{LOG_FILE_NAME} is missing or empty"),
+            ));
+        }
+        inventory.check_tree_files(dir, &catalog)?;
         Ok(())
     }
 
@@ -740,9 +834,14 @@ fn open_pool(
     // io_uring file (megabytes of resident memory per tree for a file
     // written in bursts). The area's writes use their own buffer.
     let doublewrite_path = dir.join(entry.doublewrite_file_name());
+    // Its calls are all synchronous (the area is written with one
+    // `write_vectored_at` per batch and read at open): one idle worker of
+    // each kind instead of eight, six threads fewer per tree.
     let doublewrite_options = io_options
         .clone()
         .backend(barracuda_io::Backend::Pread)
+        .read_io_threads(1)
+        .write_io_threads(1)
         .buffer_count(1)
         .buffer_size_bytes(4096);
     let doublewrite = options.wrap(
@@ -1115,13 +1214,24 @@ impl DbInner {
         let mut catalog = self.catalog.lock();
         if let Some(existing) = self.find_tree(name) {
             let have = existing.load().entry.options();
-            if have != options {
+            if have != options.normalized() {
                 return Err(Error::TreeOptionsMismatch {
                     name: name.into(),
                     reason: format!("exists as {have:?}, asked for {options:?}"),
                 });
             }
             return Ok(existing);
+        }
+        if catalog.trees.iter().any(|t| t.name == name) {
+            // In the catalog but not open: formatting it failed after the
+            // catalog was written (an I/O error). A second entry of the
+            // same name would make the catalog ambiguous; reopening
+            // formats the tree.
+            return Err(Error::Failed {
+                reason: format!(
+                    "tree {name:?} was created but could not be formatted; reopen the database"
+                ),
+            });
         }
         if name.is_empty() || name.len() > 255 {
             return Err(Error::InvalidOptions {
@@ -1141,6 +1251,8 @@ impl DbInner {
         let mut next = catalog.clone();
         next.trees.push(entry.clone());
         next.store(&self.dir)?;
+        self.catalog_generation
+            .store(next.generation, Ordering::Release);
         *catalog = next;
         let tree = TreeSlot::new(
             self.attach_tree(entry, pool, file, false)?,
@@ -1398,21 +1510,31 @@ impl DbInner {
     fn checkpoint_to(&self, target: Lsn, more: &[&TreeInner]) -> Result<()> {
         self.wal.flush_to(target)?;
         let trees: Vec<_> = self.trees.read().iter().map(|t| t.load()).collect();
+        let mut stamps = FileStamps {
+            catalog_generation: self.catalog_generation.load(Ordering::Acquire),
+            complete: true,
+            trees: Vec::with_capacity(trees.len()),
+        };
         for tree in &trees {
-            self.flush_tree_before(tree, target)?;
+            match self.flush_tree_before(tree, target)? {
+                Some(lsn) => stamps.trees.push((tree.entry.id, lsn)),
+                None => stamps.complete = false,
+            }
         }
         for tree in more {
             self.flush_tree_before(tree, target)?;
         }
-        self.wal.checkpoint(target, &[])?;
+        self.wal.checkpoint(target, &stamps.encode())?;
         tracing::debug!(lsn = target.0, "checkpoint");
         Ok(())
     }
 
     /// Writes every page of `tree` whose oldest change is before `target`
     /// (and, when its pool is short of memory, every other dirty page:
-    /// `BufferPool::flush_for_checkpoint`), then syncs its file.
-    fn flush_tree_before(&self, tree: &TreeInner, target: Lsn) -> Result<()> {
+    /// `BufferPool::flush_for_checkpoint`), then syncs its file. Returns
+    /// the LSN of the meta page's block in the file as the sync made it
+    /// durable, at least (for [`FileStamps`]), if the file held a whole one.
+    fn flush_tree_before(&self, tree: &TreeInner, target: Lsn) -> Result<Option<Lsn>> {
         let pool = tree.pool();
         loop {
             pool.flush_for_checkpoint(target)?;
@@ -1427,8 +1549,18 @@ impl DbInner {
                 }
             }
         }
+        // Read before the sync: a block read now was written before the
+        // sync began, so the sync makes it (or a newer one) durable; read
+        // after it, a page cleaner's newer, unsynced write could be seen.
+        // A block that fails its checks (a write in progress, or none yet:
+        // the tree's format is still only in the log) records nothing.
+        let block_bytes = files::tree_geometry(&tree.entry)?.block_size_bytes();
+        let meta_lsn = match files::meta_block_lsn(tree.file.as_ref(), block_bytes)? {
+            Some(Ok(lsn)) => Some(lsn),
+            Some(Err(_)) | None => None,
+        };
         tree.file.sync_data()?;
-        Ok(())
+        Ok(meta_lsn)
     }
 
     fn halt(&self) {

@@ -18,6 +18,20 @@ use crate::error::{Error, Result};
 /// development machine's disk (`docs/benchmarks.md`, "I/O").
 pub const IO_QUEUE_DEPTH_DEFAULT: u32 = 32;
 
+/// The range of [`Options::log_bytes`]: its minimum (the maximum is the
+/// log's, `wal::LOG_BYTES_MAX`).
+const LOG_BYTES_MIN: u64 = 1 << 20;
+
+/// The range of [`Options::buffer_pool_bytes`].
+const BUFFER_POOL_BYTES_MIN: usize = 1 << 20;
+const BUFFER_POOL_BYTES_MAX: usize = 1 << 40;
+
+/// The most [`Options::read_ahead_pages`]: 64 MiB of 16 KiB pages.
+const READ_AHEAD_PAGES_MAX: usize = 4096;
+
+const SECOND: Duration = Duration::from_secs(1);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
 /// When a write is durable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Durability {
@@ -118,11 +132,34 @@ impl TreeOptions {
         self
     }
 
+    /// Checks the page size, the block size against it and the
+    /// compression level, as creating a tree with them would.
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.compression.codec().validate()?;
+        if self.compression == Compression::None {
+            barracuda_codec::Geometry::uncompressed(self.page_size_bytes)?;
+        } else {
+            barracuda_codec::Geometry::new(self.page_size_bytes, self.block_size)?;
+        }
+        Ok(())
+    }
+
     /// The block size actually used: the page size when uncompressed.
     pub(crate) fn effective_block_size(&self) -> BlockSize {
         match self.compression {
             Compression::None => BlockSize::Uncompressed,
             _ => self.block_size,
+        }
+    }
+
+    /// These options as a tree created with them keeps them: the block
+    /// size of an uncompressed tree is the page, whatever was asked for,
+    /// so that asking for such a tree again with the same options finds
+    /// the one that exists.
+    pub(crate) fn normalized(&self) -> TreeOptions {
+        TreeOptions {
+            block_size: self.effective_block_size(),
+            ..self.clone()
         }
     }
 }
@@ -196,7 +233,7 @@ impl Default for Options {
 impl Options {
     /// Cache budget of **each tree** (every tree has its own buffer pool and
     /// data file): uncompressed frames and compressed blocks together.
-    /// Default = 128 MiB.
+    /// Default = 128 MiB; 1 MiB to 1 TiB.
     #[must_use]
     pub fn buffer_pool_bytes(mut self, buffer_pool_bytes: usize) -> Self {
         self.buffer_pool_bytes = buffer_pool_bytes;
@@ -317,14 +354,15 @@ impl Options {
     }
 
     /// How long a `Group` commit waits for others before its fsync.
-    /// Default = 200 µs.
+    /// Default = 200 µs; at most 1 s.
     #[must_use]
     pub fn group_commit_window(mut self, window: Duration) -> Self {
         self.group_commit_window = window;
         self
     }
 
-    /// How often the log is synced under `NoSync`. Default = 1 s.
+    /// How often the log is synced under `NoSync`. Default = 1 s; at most
+    /// a day.
     #[must_use]
     pub fn log_flush_interval(mut self, interval: Duration) -> Self {
         self.log_flush_interval = interval;
@@ -332,7 +370,7 @@ impl Options {
     }
 
     /// How often a background checkpoint runs (one also runs when half the
-    /// log is in use, and at close). Default = 10 s.
+    /// log is in use, and at close). Default = 10 s; at most a day.
     #[must_use]
     pub fn checkpoint_interval(mut self, interval: Duration) -> Self {
         self.checkpoint_interval = interval;
@@ -345,7 +383,7 @@ impl Options {
     /// checkpoint, it deletes the log's segments before it, so an idle
     /// database keeps a short log on disk and reopens after a crash without
     /// replaying it. Seen at the background thread's 50 ms ticks. `None`
-    /// turns it off. Default = 1 s.
+    /// turns it off. Default = 1 s; at most a day.
     #[must_use]
     pub fn idle_checkpoint(mut self, after: Option<Duration>) -> Self {
         self.idle_checkpoint = after;
@@ -358,7 +396,7 @@ impl Options {
     /// checkpoint deletes up to itself, so its files hold what was logged
     /// since the last checkpoint began, a few MiB ahead at most, not this
     /// much. Any value works for an existing database. Default = 128 MiB;
-    /// at least 1 MiB.
+    /// 1 MiB to 1 TiB.
     #[must_use]
     pub fn log_bytes(mut self, log_bytes: u64) -> Self {
         self.log_bytes = log_bytes;
@@ -367,7 +405,7 @@ impl Options {
 
     /// Adds this latency to every data-file read and write (through the
     /// fault-injecting backend), to emulate a slow disk in benchmarks.
-    /// Default = none.
+    /// Default = none; at most 1 s.
     #[must_use]
     pub fn device_latency(mut self, latency: Duration) -> Self {
         self.device_latency = latency;
@@ -379,7 +417,7 @@ impl Options {
     /// Default = 0: point lookups gain nothing from it, and each page read
     /// ahead costs a copy and two thread hand-offs; long forward scans gain
     /// (`barracuda bench iothreads --read-ahead-pages 0|8`, see
-    /// docs/benchmarks.md).
+    /// docs/benchmarks.md). At most 4,096.
     #[must_use]
     pub fn read_ahead_pages(mut self, pages: usize) -> Self {
         self.read_ahead_pages = pages;
@@ -429,18 +467,45 @@ impl Options {
                 self.io_queue_depth
             ));
         }
-        if self.log_bytes < (1 << 20) {
+        if !(LOG_BYTES_MIN..=crate::wal::LOG_BYTES_MAX).contains(&self.log_bytes) {
             return invalid(format!(
-                "log_bytes {} is below the minimum of 1 MiB",
+                "log_bytes must be 1 MiB..=1 TiB ({LOG_BYTES_MIN}..={}), not {}",
+                crate::wal::LOG_BYTES_MAX,
                 self.log_bytes
             ));
         }
-        if self.buffer_pool_bytes < (1 << 20) {
+        if !(BUFFER_POOL_BYTES_MIN..=BUFFER_POOL_BYTES_MAX).contains(&self.buffer_pool_bytes) {
             return invalid(format!(
-                "buffer_pool_bytes {} is below the minimum of 1 MiB",
+                "buffer_pool_bytes must be 1 MiB..=1 TiB ({BUFFER_POOL_BYTES_MIN}..={BUFFER_POOL_BYTES_MAX}), not {}",
                 self.buffer_pool_bytes
             ));
         }
+        for (name, value, max) in [
+            ("group_commit_window", self.group_commit_window, SECOND),
+            ("device_latency", self.device_latency, SECOND),
+            ("log_flush_interval", self.log_flush_interval, DAY),
+            ("checkpoint_interval", self.checkpoint_interval, DAY),
+            (
+                "idle_checkpoint",
+                self.idle_checkpoint.unwrap_or_default(),
+                DAY,
+            ),
+        ] {
+            if value > max {
+                return invalid(format!("{name} must be at most {max:?}, not {value:?}"));
+            }
+        }
+        if self.read_ahead_pages > READ_AHEAD_PAGES_MAX {
+            return invalid(format!(
+                "read_ahead_pages must be 0..={READ_AHEAD_PAGES_MAX}, not {}",
+                self.read_ahead_pages
+            ));
+        }
+        self.default_tree
+            .validate()
+            .map_err(|e| Error::InvalidOptions {
+                reason: format!("default_tree_options: {e}"),
+            })?;
         if self.os_cache_tier && self.flush_method.is_direct() {
             return invalid(format!(
                 "os_cache_tier needs a buffered flush_method (FlushMethod::Fsync): \

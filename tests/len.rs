@@ -11,6 +11,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use barracuda::btree::{Fit, PoolStore};
@@ -119,8 +120,27 @@ fn open_store(dir: &std::path::Path) -> PoolStore {
 
 /// Rewrites page 0 of the closed database's only tree file as a version 1
 /// meta page without a count, as the format before counts were kept wrote
-/// it.
+/// it, at the LSN the block had (the open checks it against the one its
+/// last checkpoint recorded).
 fn downgrade_meta_page(dir: &std::path::Path) {
+    let path = dir.join("tree-00001.bdb");
+    let block_bytes = 16 << 10;
+    let original = std::fs::read(&path).unwrap();
+    let lsn = barracuda::codec::read_header(&original[..block_bytes])
+        .unwrap()
+        .lsn;
+    downgrade_meta_page_at_any_lsn(dir);
+    let mut block = std::fs::read(&path).unwrap()[..block_bytes].to_vec();
+    barracuda::codec::seal(&mut block, lsn).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all_at(&block, 0)
+        .unwrap();
+}
+
+fn downgrade_meta_page_at_any_lsn(dir: &std::path::Path) {
     let store = open_store(dir);
     assert!(store.entry_count().unwrap().is_some());
     let h = PAGE_HEADER_RESERVED_BYTES;

@@ -19,19 +19,21 @@
 //! others, so the log's files give their space back along with the tree's
 //! free pages.
 //!
-//! A crash before 4 reopens the old tree (`N`'s file is an orphan, deleted
-//! at open, and a checkpoint then moves recovery past its records so that a
-//! later tree reusing id `N` never sees them); a crash after 4 reopens the
-//! new tree, complete since 3, with nothing after 3 to replay but its own
-//! later writes (the old file is an orphan, deleted at open).
+//! Before step 1 the catalog lists `N` as pending deletion; step 4 lists
+//! the old id instead. A crash before 4 reopens the old tree (`N`'s file is
+//! an orphan the catalog lists, deleted at open, and a checkpoint then
+//! moves recovery past its records so that a later tree reusing id `N`
+//! never sees them); a crash after 4 reopens the new tree, complete since
+//! 3, with nothing after 3 to replay but its own later writes (the old file
+//! is an orphan the catalog lists, deleted at open).
 
-use std::collections::HashSet;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::{DbInner, TreeInner, TreeSlot, WriteState};
-use crate::catalog::{Catalog, TreeEntry, directory_error};
+use crate::catalog::{Catalog, TreeEntry};
 use crate::error::{Error, Result};
 use crate::tree::{
     BATCH_IMAGES_MORE, KeyValue, batch_ops_by_pool, image_bytes, worst_case_log_bytes,
@@ -127,6 +129,14 @@ impl DbInner {
             id: catalog.next_id()?,
             ..old.entry.clone()
         };
+        // The new tree's files may be deleted at open until the swap
+        // names it: the catalog says so before they exist.
+        let mut next = catalog.clone();
+        next.pending.push(entry.id);
+        next.store(&self.dir)?;
+        self.catalog_generation
+            .store(next.generation, Ordering::Release);
+        *catalog = next;
         let (pool, file) = self.open_new_pool(&entry)?;
         if !self.log_has_room(self.group_bytes_max()) {
             self.checkpoint_locked(&mut state, &[])?;
@@ -299,12 +309,17 @@ impl DbInner {
                 *entry = new.entry.clone();
             }
         }
+        // The old tree's files go next, the new one's stay.
+        next.pending.retain(|&id| id != new.entry.id);
+        next.pending.push(old_id);
         if let Err(e) = next.store(&self.dir) {
             // The rename may or may not have reached the disk: which tree a
             // reopen finds is unknown, so write to neither.
             self.fail(&e);
             return Err(e);
         }
+        self.catalog_generation
+            .store(next.generation, Ordering::Release);
         *catalog = next;
         if stop == Some(CompactStep::CatalogSwapped) {
             return Ok(());
@@ -361,37 +376,4 @@ fn remove_tree_files(dir: &Path, entry: &TreeEntry) {
             tracing::warn!("compaction: cannot delete {}: {e}", path.display());
         }
     }
-}
-
-/// Deletes every tree file of `dir` that `catalog` does not name: the new
-/// file of a compaction interrupted before its catalog swap, the old file
-/// of one interrupted after it, or a tree created but never cataloged.
-/// Returns how many it deleted.
-pub(super) fn remove_orphan_files(dir: &Path, catalog: &Catalog) -> Result<usize> {
-    let known: HashSet<String> = catalog
-        .trees
-        .iter()
-        .flat_map(|entry| [entry.file_name(), entry.doublewrite_file_name()])
-        .collect();
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| directory_error(dir, format!("cannot list: {e}")))?;
-    let mut removed = 0;
-    for entry in entries {
-        let entry = entry.map_err(|e| directory_error(dir, format!("cannot list: {e}")))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let tree_file = name.ends_with(".bdb") || name.ends_with(".dbw");
-        if !name.starts_with("tree-") || !tree_file || known.contains(&name) {
-            continue;
-        }
-        std::fs::remove_file(entry.path())
-            .map_err(|e| directory_error(dir, format!("cannot delete {name}: {e}")))?;
-        tracing::info!("deleted {name}: not in the catalog (an interrupted compaction)");
-        removed += 1;
-    }
-    if removed > 0 {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| directory_error(dir, format!("cannot sync: {e}")))?;
-    }
-    Ok(removed)
 }

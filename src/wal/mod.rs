@@ -70,6 +70,10 @@ use segment::{Segment, SegmentSource};
 /// Smallest budget: room for a few maximal flushes.
 pub const LOG_BYTES_MIN: u64 = 64 << 10;
 
+/// Largest budget, 1 TiB: far more than any checkpoint interval writes,
+/// and far from the overflow of the LSN arithmetic.
+pub const LOG_BYTES_MAX: u64 = 1 << 40;
+
 /// Options of the write-ahead log.
 #[derive(Clone, Debug)]
 pub struct WalOptions {
@@ -248,6 +252,14 @@ impl Wal {
         let control = dir.control()?;
         let sector_bytes = control.alignment().offset_bytes as u64;
         let header_bytes = segment::header_bytes(sector_bytes);
+        if options.log_bytes > LOG_BYTES_MAX {
+            return Err(Error::InvalidOptions {
+                reason: format!(
+                    "log_bytes {} is above the maximum of {LOG_BYTES_MAX} (1 TiB)",
+                    options.log_bytes
+                ),
+            });
+        }
         let log_bytes = options
             .log_bytes
             .max(LOG_BYTES_MIN)
@@ -311,6 +323,15 @@ impl Wal {
             durable_lsn: AtomicU64::new(start),
         };
         Ok((wal, checkpoint))
+    }
+
+    /// The newest valid checkpoint of the log in `dir`, read without
+    /// opening the log (nothing is replayed, created or changed): `None`
+    /// if its control file is empty.
+    pub fn peek_checkpoint(dir: &dyn LogDir) -> Result<Option<Checkpoint>> {
+        let control = dir.control()?;
+        let sector_bytes = control.alignment().offset_bytes as u64;
+        read_checkpoint(control.as_ref(), sector_bytes)
     }
 
     fn round_up(&self, lsn: u64) -> u64 {

@@ -314,6 +314,9 @@ fn sorted(mut names: Vec<String>) -> Vec<String> {
 fn check(args: &DirArgs) -> anyhow::Result<()> {
     let db = open(args, false)?;
     let names = sorted(db.tree_names());
+    db.check_files()
+        .with_context(|| format!("checking the files of {}", args.dir.display()))?;
+    println!("files: OK");
     let mut damaged = 0;
     for name in &names {
         match db.open_tree(name)?.check() {

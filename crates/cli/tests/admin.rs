@@ -311,3 +311,55 @@ fn check_passes_a_healthy_database_and_names_a_damaged_page() {
     assert!(message.contains("page 2"), "{message}");
     assert!(message.contains("tree b: OK"), "{message}");
 }
+
+/// Each file the check must not do without: deleted, `check` fails (exit
+/// 1) naming it, and deletes nothing.
+#[test]
+fn check_refuses_a_database_missing_a_file_and_deletes_nothing() {
+    for (missing, named) in [
+        ("CATALOG", "CATALOG is missing"),
+        ("wal.log", "wal.log"),
+        ("tree-00001.bdb", "tree-00001.bdb"),
+        ("tree-00002.bdb", "tree-00002.bdb"),
+    ] {
+        let dir = tempdir();
+        let db = dir.path().join("db");
+        let file = dir.path().join("ops.txt");
+        std::fs::write(&file, ops(300).0).unwrap();
+        let db_str = db.to_str().unwrap();
+        ok(&["load", db_str, "--ops", file.to_str().unwrap()]);
+        std::fs::remove_file(db.join(missing)).unwrap();
+        let listing = |dir: &Path| {
+            let mut names: Vec<String> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|name| name != "LOCK")
+                .collect();
+            names.sort();
+            names
+        };
+        let before = listing(&db);
+        let output = barracuda(&["check", db_str]);
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "{missing}: {}",
+            text(&output)
+        );
+        assert!(
+            text(&output).contains(named),
+            "{missing}: {}",
+            text(&output)
+        );
+        assert!(
+            !text(&output).contains("OK: "),
+            "{missing}: {}",
+            text(&output)
+        );
+        assert_eq!(
+            listing(&db),
+            before,
+            "{missing}: the check changed the files"
+        );
+    }
+}
