@@ -27,23 +27,24 @@ const CODECS_DEFAULT: &str = "none,zlib-1,zlib-6,zlib-9,zstd-1,zstd-3,zstd-9,zst
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The fraction of its size a page compresses to (db_bench's
-    /// `compression_ratio`): 0.5 compresses to half.
-    #[arg(long, default_value_t = 0.5)]
+    /// `compression_ratio`): 0.5 compresses to half; 0.05..=1.
+    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true,
+          value_parser = super::harness::f64_in(0.05, 1.0))]
     pub ratio: f64,
     /// Take page text from this file instead of generating it.
     #[arg(long)]
     pub corpus: Option<PathBuf>,
     /// The logical page size in KiB (4 to 64, a power of two).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(4, 64))]
     pub page_kib: usize,
     /// How many distinct pages to compress.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(1, 1_000_000))]
     pub pages: usize,
     /// Codecs to measure, comma-separated: none, zlib-LEVEL, zstd-LEVEL.
     #[arg(long, value_delimiter = ',', default_value = CODECS_DEFAULT)]
     pub codecs: Vec<String>,
     /// Passes over all pages per codec; the median pass is reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(1, 1000))]
     pub rounds: usize,
     /// The seed of the generated text.
     #[arg(long, default_value_t = 1)]

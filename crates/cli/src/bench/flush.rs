@@ -28,13 +28,13 @@ pub struct Args {
     #[command(flatten)]
     common: CommonArgs,
     /// Pool sizes, MiB, comma-separated (before `--scale`).
-    #[arg(long, default_value = POOLS_MIB_DEFAULT)]
-    pools_mib: String,
+    #[arg(long, value_delimiter = ',', default_value = POOLS_MIB_DEFAULT, allow_negative_numbers = true, value_parser = harness::int_in::<u64>(1, 65536))]
+    pools_mib: Vec<u64>,
     /// Data sizes, MiB, comma-separated (before `--scale`).
-    #[arg(long, default_value = DATA_MIB_DEFAULT)]
-    data_mib: String,
+    #[arg(long, value_delimiter = ',', default_value = DATA_MIB_DEFAULT, allow_negative_numbers = true, value_parser = harness::int_in::<u64>(1, 1_048_576))]
+    data_mib: Vec<u64>,
     /// Threads that load the tables.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = harness::int_in::<usize>(1, 64))]
     load_threads: usize,
 }
 
@@ -62,28 +62,22 @@ pub struct FlushPoint {
     pub measured: Measured,
 }
 
-fn list(s: &str) -> anyhow::Result<Vec<u64>> {
-    s.split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<u64>()
-                .with_context(|| format!("not a number: {x:?}"))
-        })
-        .collect()
-}
-
 /// Runs the workload.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let common = &args.common;
-    let pools: Vec<u64> = list(&args.pools_mib)?
-        .into_iter()
+    let pools: Vec<u64> = args
+        .pools_mib
+        .iter()
         .map(|m| common.scaled(m << 20))
         .collect();
-    let datas: Vec<u64> = list(&args.data_mib)?
-        .into_iter()
+    let datas: Vec<u64> = args
+        .data_mib
+        .iter()
         .map(|m| common.scaled(m << 20))
         .collect();
-    let (dir, _temp) = common.data_dir()?;
+    // A table per data size, each at most 1.5x its data.
+    let total = datas.iter().fold(0u64, |sum, d| sum.saturating_add(*d));
+    let (dir, _temp) = common.data_dir(total.saturating_mul(3) / 2)?;
     let text = common.text()?;
     println!(
         "{}",
