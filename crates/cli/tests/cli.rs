@@ -323,3 +323,58 @@ fn a_run_larger_than_the_free_disk_is_refused_before_writing() {
     assert!(stderr(&output).contains("MiB free"), "{}", stderr(&output));
     assert_eq!(bench_dirs(temp.path()), Vec::<PathBuf>::new());
 }
+
+/// Each workload, run small, ends with its legend and a verdict line, and
+/// leaves no data in the temporary directory.
+#[test]
+fn bench_workloads_print_a_legend_and_a_verdict() {
+    let quick = [
+        "--measure-ms",
+        "100",
+        "--warmup-ms",
+        "0",
+        "--warmup-max-ms",
+        "0",
+        "--threads",
+        "2",
+    ];
+    let runs: Vec<Vec<&str>> = vec![
+        [
+            &["bench", "sweep", "--pool-mib", "1", "--rows", "3000"][..],
+            &["--configs", "plain,zlib-cost"],
+            &quick,
+        ]
+        .concat(),
+        [
+            &["bench", "flush", "--pools-mib", "1", "--data-mib", "4"][..],
+            &quick,
+        ]
+        .concat(),
+        vec![
+            "bench",
+            "codec",
+            "--pages",
+            "8",
+            "--rounds",
+            "1",
+            "--codecs",
+            "none,zlib-6",
+        ],
+        vec!["bench", "fill", "--rows", "5000"],
+    ];
+    for args in runs {
+        let temp = tempdir();
+        let output = command(&args).env("TMPDIR", temp.path()).output().unwrap();
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+        let out = stdout(&output);
+        let legend = out
+            .find("\nlegend:\n")
+            .unwrap_or_else(|| panic!("{args:?}: {out}"));
+        let verdict = out
+            .find("\nverdict")
+            .unwrap_or_else(|| panic!("{args:?}: {out}"));
+        assert!(legend < verdict, "{args:?}: {out}");
+        assert!(out[verdict + 1..].lines().count() <= 2, "{args:?}: {out}");
+        assert_eq!(bench_dirs(temp.path()), Vec::<PathBuf>::new(), "{args:?}");
+    }
+}

@@ -96,6 +96,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     progress.finish_and_clear();
     print_table(args, &rows);
+    super::harness::print_legend(&[
+        (
+            "ratio",
+            "page bytes over compressed bytes, over all pages (2.00: half the size)",
+        ),
+        (
+            "fit%",
+            "pages whose compressed image fits their block, with the modification-log reserve",
+        ),
+        (
+            "compr, decompr",
+            "MB/s of page bytes, and µs per page, median of the rounds",
+        ),
+    ]);
+    println!("{}", codec_verdict(&rows));
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&rows)?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
@@ -252,6 +267,27 @@ fn progress_bar(len: u64) -> ProgressBar {
         bar.set_style(style.progress_chars("=> "));
     }
     bar
+}
+
+/// The closing line: the best ratio, and the fastest decompression among
+/// the codecs that compress.
+fn codec_verdict(rows: &[Row]) -> String {
+    let best = rows
+        .iter()
+        .filter(|r| r.codec != "none")
+        .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    let fastest = rows
+        .iter()
+        .filter(|r| r.codec != "none")
+        .filter_map(|r| Some((r, r.decompress_mb_s?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    match (best, fastest) {
+        (Some(best), Some((fast, mb_s))) => format!(
+            "verdict: best ratio {}-{} ({:.2}); fastest decompression {}-{} ({mb_s:.0} MB/s, ratio {:.2})",
+            best.codec, best.level, best.ratio, fast.codec, fast.level, fast.ratio
+        ),
+        _ => "verdict: no compressing codec measured".to_string(),
+    }
 }
 
 fn print_table(args: &Args, rows: &[Row]) {

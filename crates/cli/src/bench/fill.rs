@@ -242,6 +242,34 @@ fn run_one(
     })
 }
 
+/// What the columns mean, and the closing line: the fullest leaves.
+fn print_legend_and_verdict(results: &[FillResult]) {
+    super::harness::print_legend(&[
+        (
+            "leaf_fill",
+            "bytes of entries over bytes of leaf pages (1.000: full)",
+        ),
+        (
+            "split_half, split_seq",
+            "leaf splits at the middle, and at the insert point (sequential)",
+        ),
+        ("patch_B/ins", "bytes of page changes logged per insert"),
+    ]);
+    if let Some(best) = results
+        .iter()
+        .max_by(|a, b| a.leaf_fill.total_cmp(&b.leaf_fill))
+    {
+        let worst = results
+            .iter()
+            .map(|r| r.leaf_fill)
+            .fold(f64::INFINITY, f64::min);
+        println!(
+            "verdict: fullest leaves {:.3} ({} with {}); emptiest {worst:.3}",
+            best.leaf_fill, best.pattern, best.policy
+        );
+    }
+}
+
 fn print_table(results: &[FillResult]) {
     println!(
         "{:<12} {:<18} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>12} {:>11}",
@@ -284,6 +312,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
     }
     print_table(&results);
+    print_legend_and_verdict(&results);
     if let Some(path) = &args.json {
         let json = if results.len() == 1 {
             serde_json::to_string_pretty(&results[0])?

@@ -153,6 +153,42 @@ impl CommonArgs {
     }
 }
 
+/// Prints a legend under a table: one line per column or term.
+pub fn print_legend(entries: &[(&str, &str)]) {
+    println!();
+    println!("legend:");
+    let width = entries
+        .iter()
+        .map(|(name, _)| name.len())
+        .max()
+        .unwrap_or(0);
+    for (name, meaning) in entries {
+        println!("  {name:<width$}  {meaning}");
+    }
+}
+
+/// Legend entries of the columns the query workloads share.
+pub const QUERY_COLUMNS_LEGEND: [(&str, &str); 6] = [
+    (
+        "queries/s",
+        "queries answered per second by all client threads, over the timed part",
+    ),
+    ("hit%", "page gets served from the pool without a read"),
+    (
+        "unzips/s",
+        "decompressions: of cached blocks on hits, and after reads",
+    ),
+    ("I/Os/s", "pages read plus pages written per second"),
+    (
+        "LRU, unzip_LRU",
+        "pages cached; of those, pages cached uncompressed (a frame)",
+    ),
+    (
+        "blocks, cpu_us/q",
+        "compressed blocks cached; CPU time of the process per query",
+    ),
+];
+
 /// A value parser for floating-point flags: a number in `min..=max`, the
 /// range named in the error (clap's ranges are for integers only).
 pub fn f64_in(min: f64, max: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {

@@ -159,6 +159,35 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.fio {
         print_ratios(&rows);
     }
+    super::harness::print_legend(&[
+        (
+            "path",
+            "threads: requests go through the file's I/O threads; direct: callers submit",
+        ),
+        (
+            "threads, depth",
+            "I/O threads (or callers), and requests each keeps in flight",
+        ),
+        ("IOPS, MB/s", "requests and bytes per second over the run"),
+        (
+            "p50 us, p99 us",
+            "latency of one request: the median and the 99th percentile",
+        ),
+        (
+            "IOPS / fio",
+            "against fio on the same file at the same depth (--fio): 1.00 is as fast",
+        ),
+    ]);
+    if let Some(best) = rows
+        .iter()
+        .filter(|r| r.backend != "fio")
+        .max_by(|a, b| a.iops.total_cmp(&b.iops))
+    {
+        println!(
+            "verdict: most IOPS {:.0} ({} {} {}, {} threads, depth {}), p99 {:.0} us",
+            best.iops, best.backend, best.op, best.path, best.threads, best.depth, best.p99_us
+        );
+    }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&rows).context("serialize results")?;
         std::fs::write(path, text).with_context(|| format!("write {}", path.display()))?;

@@ -194,6 +194,45 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             m.read_ahead_evicted_unused_per_s
         );
     }
+    harness::print_legend(&[
+        (
+            "read_io_threads",
+            "threads that serve the pool's batched reads (read-ahead)",
+        ),
+        (
+            "queries/s",
+            "range queries of 1,000 ids (min(old_id)) per second, all client threads",
+        ),
+        (
+            "read IOPS",
+            "pages read per second: misses plus pages read ahead",
+        ),
+        ("misses/s", "pages a query waited for (read on a miss)"),
+        (
+            "read-ahead/s, RA unused/s",
+            "pages read ahead; of those, evicted before any use",
+        ),
+        (
+            "hit%, cpu_us/q",
+            "page gets served without a read; CPU time of the process per query",
+        ),
+    ]);
+    if let (Some(first), Some(best)) = (
+        points.first(),
+        points.iter().max_by(|a, b| {
+            a.measured
+                .queries_per_s
+                .total_cmp(&b.measured.queries_per_s)
+        }),
+    ) {
+        println!(
+            "verdict ({}): most queries/s with {} read threads, {:.2}x {} thread(s)",
+            common.latency_label(),
+            best.read_io_threads,
+            best.measured.queries_per_s / first.measured.queries_per_s.max(1e-9),
+            first.read_io_threads
+        );
+    }
     if let Some(path) = &common.json {
         harness::write_json(path, &points)?;
     }

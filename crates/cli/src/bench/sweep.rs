@@ -558,23 +558,28 @@ fn print_ratios(points: &[SweepPoint], ranges: &[u64]) {
 
 /// What the columns of both tables mean, printed under them.
 fn print_legend(cap_plain: u64, cap_zlib: u64) {
-    println!();
-    println!("legend:");
-    for (name, meaning) in [
-        ("range".to_string(), "each query reads a row with id uniform in [1, range]".to_string()),
-        ("zone A".to_string(), format!("range <= {cap_plain} rows: the range's pages fit the pool uncompressed")),
-        ("zone B".to_string(), format!("range <= {cap_zlib} rows: they fit the pool only compressed (zlib, 8K blocks)")),
-        ("zone C".to_string(), "larger: they fit in neither, and queries read from the disk".to_string()),
-        ("hit%".to_string(), "page gets served from the pool without a read".to_string()),
-        ("unzips/s".to_string(), "decompressions: of cached blocks on hits, and after reads".to_string()),
-        ("LRU, unzip_LRU".to_string(), "pages cached; of those, pages cached uncompressed (a frame)".to_string()),
-        ("blocks".to_string(), "compressed blocks cached".to_string()),
-        ("target".to_string(), "CostAware's target share of the pool for frames, per mille".to_string()),
-        ("X/plain".to_string(), "queries/s of configuration X over the uncompressed table's at the same range: above 1, X is faster".to_string()),
-        ("Cost/best(plain,Inno)".to_string(), "zlib CostAware over the faster of uncompressed and zlib InnoDb".to_string()),
-    ] {
-        println!("  {name:<22} {meaning}");
-    }
+    let zone_a = format!("range <= {cap_plain} rows: the range's pages fit the pool uncompressed");
+    let zone_b =
+        format!("range <= {cap_zlib} rows: they fit the pool only compressed (zlib, 8K blocks)");
+    let mut entries = vec![
+        (
+            "range",
+            "each query reads a row whose id is uniform in [1, range]",
+        ),
+        ("zone A", zone_a.as_str()),
+        ("zone B", zone_b.as_str()),
+        (
+            "zone C",
+            "larger: they fit in neither, and queries read from the disk",
+        ),
+    ];
+    entries.extend(harness::QUERY_COLUMNS_LEGEND);
+    entries.extend([
+        ("target", "CostAware's target share of the pool for frames, per mille"),
+        ("X/plain", "queries/s of configuration X over the uncompressed table's at the same range: above 1, X is faster"),
+        ("Cost/best(plain,Inno)", "zlib CostAware over the faster of uncompressed and zlib InnoDb"),
+    ]);
+    harness::print_legend(&entries);
 }
 
 /// The closing lines: per zone, the best (zones B and C) or worst (zone
