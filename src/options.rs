@@ -512,6 +512,11 @@ impl Options {
 
 /// Whether `error` or one of its sources is a read-only file's refusal.
 fn refused_write(error: &Error) -> bool {
+    // `Error::Io` is transparent: its `source()` is the `IoError`'s source,
+    // so the walk below never meets the `IoError` itself.
+    if let Error::Io(barracuda_io::IoError::ReadOnly { .. }) = error {
+        return true;
+    }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(error) = source {
         if matches!(

@@ -130,3 +130,26 @@ fn a_second_open_in_this_process_says_so() {
     db.close().unwrap();
     small().open(dir.path()).unwrap().close().unwrap();
 }
+
+/// A tree created and written but never checkpointed has an empty data
+/// file (its pages are in the log alone): the read-only open refuses it
+/// as needing recovery, whatever step of the open meets it first.
+#[test]
+fn a_tree_never_checkpointed_is_refused_as_needing_recovery() {
+    for trees in [1usize, 3] {
+        let dir = tempdir();
+        let db = small()
+            .durability(Durability::Sync)
+            .open(dir.path())
+            .unwrap();
+        for t in 0..trees {
+            db.tree(&format!("t{t}")).unwrap().put(b"k", b"v").unwrap();
+        }
+        db.halt();
+        let before = snapshot(dir.path());
+        let error = small().read_only(true).open(dir.path()).unwrap_err();
+        assert!(matches!(error, Error::ReadOnly { .. }), "{error}");
+        assert!(error.to_string().contains("recovery"), "{error}");
+        assert_eq!(snapshot(dir.path()), before, "files changed");
+    }
+}

@@ -378,3 +378,62 @@ fn bench_workloads_print_a_legend_and_a_verdict() {
         assert_eq!(bench_dirs(temp.path()), Vec::<PathBuf>::new(), "{args:?}");
     }
 }
+
+/// A database whose writer was killed: the read-only commands refuse it
+/// (if the log still holds changes past the last checkpoint), naming
+/// `recover`, and change no file; `recover` replays the log, and then they
+/// see every committed write.
+#[test]
+fn a_killed_writer_leaves_a_database_that_recover_makes_readable() {
+    use std::io::{BufRead, BufReader, Write};
+    for keys in [1usize, 20] {
+        let dir = tempdir();
+        let db = dir.path().join("db");
+        let db_str = db.to_str().unwrap();
+        let mut child = command(&["load", db_str, "--ops", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        for i in 0..keys {
+            writeln!(stdin, "put t key{i} value{i}").unwrap();
+            stdin.flush().unwrap();
+            // Durable once it says so.
+            assert_eq!(
+                lines.next().unwrap().unwrap(),
+                format!("committed {}", i + 1)
+            );
+        }
+        // The writer waits for more input: kill it there.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let before = snapshot(&db);
+        let stat = barracuda(&["stat", db_str]);
+        assert!(snapshot(&db) == before, "stat changed a file");
+        let recovered = ok(&["recover", db_str]);
+        if stat.status.success() {
+            // A background checkpoint ran before the kill: nothing to replay.
+            assert!(
+                recovered.starts_with("recovered: 0 pages replayed"),
+                "{recovered}"
+            );
+        } else {
+            assert_eq!(stat.status.code(), Some(1));
+            assert!(
+                stderr(&stat).contains("barracuda recover"),
+                "{}",
+                stderr(&stat)
+            );
+            assert!(!recovered.starts_with("recovered: 0 pages"), "{recovered}");
+        }
+        for i in 0..keys {
+            assert_eq!(
+                ok(&["get", db_str, "t", &format!("key{i}")]),
+                format!("value{i}\n")
+            );
+        }
+    }
+}
