@@ -361,6 +361,30 @@ fn bench_workloads_print_a_legend_and_a_verdict() {
             "none,zlib-6",
         ],
         vec!["bench", "fill", "--rows", "5000"],
+        [
+            &[
+                "bench",
+                "iothreads",
+                "--pool-mib",
+                "1",
+                "--read-threads",
+                "1,2",
+            ][..],
+            &quick,
+        ]
+        .concat(),
+        vec![
+            "bench",
+            "io",
+            "--size-mib",
+            "8",
+            "--seconds",
+            "0.1",
+            "--threads",
+            "1",
+            "--depth",
+            "1",
+        ],
     ];
     for args in runs {
         let temp = tempdir();
