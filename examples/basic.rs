@@ -2,8 +2,8 @@
 //! tree, close, reopen and find the data again.
 //!
 //! ```sh
-//! cargo run --example basic            # in a temporary directory under .
-//! cargo run --example basic -- ./mydb  # in ./mydb (kept)
+//! cargo run --release --example basic            # in a temporary directory under .
+//! cargo run --release --example basic -- ./mydb  # in ./mydb (kept)
 //! ```
 
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! durable writes, while a heartbeat task keeps running on the same thread.
 //!
 //! ```sh
-//! cargo run --features tokio --example tokio_service [-- DIR]
+//! cargo run --release --features tokio --example tokio_service [-- DIR]
 //! ```
 
 use std::path::PathBuf;

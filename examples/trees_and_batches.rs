@@ -3,7 +3,7 @@
 //! two accounts and records it in a ledger, all or nothing.
 //!
 //! ```sh
-//! cargo run --example trees_and_batches [-- DIR]
+//! cargo run --release --example trees_and_batches [-- DIR]
 //! ```
 
 use std::path::PathBuf;

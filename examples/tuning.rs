@@ -14,9 +14,10 @@ use barracuda::{BlockSize, Compression, Db, EvictionPolicy, TreeOptions, WriteBa
 /// Rows per tree: enough for several hundred pages, more than the pool holds.
 const ROW_COUNT: u64 = 20_000;
 
-/// Rows per atomic write while loading: the pages one write changes stay
-/// pinned in the pool until it is logged, so they must fit in it.
-const ROWS_PER_BATCH: usize = 50;
+/// Rows per atomic write while loading, at most: the pages one write
+/// changes stay pinned in the pool until it is logged, so they must fit in
+/// it, and `Tree::batch_ops_max` says how many do on a 4 MiB pool.
+const ROWS_PER_BATCH_MAX: usize = 50;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let temp;
@@ -65,8 +66,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (name, options) in variants {
         let tree = db.create_tree(name, options)?;
         let started = Instant::now();
-        // Loading: one durable commit per batch, not per row.
-        for chunk in (0..ROW_COUNT).collect::<Vec<_>>().chunks(ROWS_PER_BATCH) {
+        // Loading: one durable commit per batch, not per row, each batch as
+        // large as the tree takes (the longest row has about 130 bytes).
+        let per_batch = tree
+            .batch_ops_max(key(0).len(), 160)
+            .min(ROWS_PER_BATCH_MAX);
+        for chunk in (0..ROW_COUNT).collect::<Vec<_>>().chunks(per_batch) {
             let mut batch = WriteBatch::new();
             for &i in chunk {
                 batch.put(&tree, &key(i), &row(i));

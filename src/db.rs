@@ -415,12 +415,29 @@ impl Db {
                 reason: "the database directory is an empty path".into(),
             });
         }
-        std::fs::create_dir_all(dir)
-            .map_err(|e| directory_error(dir, format!("cannot create: {e}")))?;
-        let lock = DirLock::acquire(dir)?;
+        let read_only = options.is_read_only();
+        let lock = if read_only {
+            // Nothing is created: a missing directory is an error.
+            if !dir.is_dir() {
+                return Err(directory_error(dir, "does not exist".into()));
+            }
+            if !dir.join(LOG_FILE_NAME).is_file() {
+                return Err(directory_error(
+                    dir,
+                    format!(
+                        "holds no database (no {LOG_FILE_NAME}), and a read-only open creates none"
+                    ),
+                ));
+            }
+            DirLock::acquire_shared(dir)?
+        } else {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| directory_error(dir, format!("cannot create: {e}")))?;
+            Some(DirLock::acquire(dir)?)
+        };
         let inventory = Inventory::take(dir)?;
         let catalog = match Catalog::load(dir)? {
-            None if inventory.is_new() => {
+            None if inventory.is_new() && !read_only => {
                 // The first file of a new database: with it and no tree,
                 // an interrupted initialisation may create the log later.
                 let mut catalog = Catalog::default();
@@ -437,9 +454,9 @@ impl Db {
             .read_io_threads(options.read_io_threads)
             .write_io_threads(options.write_io_threads)
             .queue_depth(options.io_queue_depth);
-        let wrap: Option<FileWrap> = options.file_wrapper.as_ref().map(|w| {
-            let w = Arc::clone(&w.0);
-            Arc::new(move |path: &Path, file| w(path, file)) as FileWrap
+        let wrap: Option<FileWrap> = (options.file_wrapper.is_some() || read_only).then(|| {
+            let options = options.clone();
+            Arc::new(move |path: &Path, file| options.wrap(path, file)) as FileWrap
         });
         // The log writes one sequential run and syncs it per flush, from the
         // flushing thread: pwrite does that without an io_uring file's
@@ -484,6 +501,13 @@ impl Db {
         let mut replayed = HashMap::new();
         let started = Instant::now();
         let (wal, checkpoint) = Wal::open(log_dir, &wal_options, |group| {
+            if read_only {
+                // Replayed pages are dirty, and would be written back.
+                return Err(Error::ReadOnly {
+                    path: dir.to_path_buf(),
+                    reason: "it was not closed cleanly and needs recovery, which writes; open it read-write once".into(),
+                });
+            }
             replay(&pools, group, &mut replayed, &mut recovery)
         })?;
         recovery.checkpoint_lsn = checkpoint.lsn.0;
@@ -519,24 +543,28 @@ impl Db {
             wake: Condvar::new(),
             checkpoint_wanted: AtomicBool::new(false),
             background: Mutex::new(None),
-            lock: Mutex::new(Some(lock)),
+            lock: Mutex::new(lock),
             recovery,
         });
         // Files of an interrupted compaction (or tree creation): their
         // trees are not in the catalog, and recovery skipped their log
         // records. Only those the catalog accounts for are deleted (see
-        // `files.rs`), then it forgets them.
-        files::remove_files(dir, &orphans)?;
-        if !catalog.pending.is_empty() {
-            let mut next = catalog.clone();
-            next.pending.clear();
-            next.store(dir)?;
-            *inner.catalog.lock() = next;
-        }
+        // `files.rs`), then it forgets them. A read-only open leaves them.
+        let orphans = if read_only {
+            0
+        } else {
+            files::remove_files(dir, &orphans)?;
+            if !catalog.pending.is_empty() {
+                let mut next = catalog.clone();
+                next.pending.clear();
+                next.store(dir)?;
+                *inner.catalog.lock() = next;
+            }
+            orphans.len()
+        };
         inner
             .catalog_generation
             .store(inner.catalog.lock().generation, Ordering::Release);
-        let orphans = orphans.len();
         for entry in catalog.trees {
             let Some((pool, file)) = pools.remove(&entry.id) else {
                 unreachable!("every catalog tree has a pool");
@@ -554,12 +582,15 @@ impl Db {
             // can reuse their tree id and have them replayed onto it.
             inner.checkpoint()?;
         }
-        let weak = Arc::downgrade(&inner);
-        let handle = std::thread::Builder::new()
-            .name("barracuda-background".into())
-            .spawn(move || background(weak))
-            .map_err(|e| directory_error(dir, format!("cannot start a thread: {e}")))?;
-        *inner.background.lock() = Some(handle);
+        if !read_only {
+            // Its work (checkpoints, log syncs) writes.
+            let weak = Arc::downgrade(&inner);
+            let handle = std::thread::Builder::new()
+                .name("barracuda-background".into())
+                .spawn(move || background(weak))
+                .map_err(|e| directory_error(dir, format!("cannot start a thread: {e}")))?;
+            *inner.background.lock() = Some(handle);
+        }
         let wal = Arc::clone(&inner.wal);
         let handle = std::thread::Builder::new()
             .name("barracuda-log".into())
@@ -582,7 +613,7 @@ impl Db {
     /// The tree named `name`, created with `options` if it does not exist.
     /// An existing tree with different options is an error.
     pub fn create_tree(&self, name: &str, options: TreeOptions) -> Result<Tree> {
-        self.inner.check_open()?;
+        self.inner.check_writable()?;
         let tree = self.inner.create_tree(name, options)?;
         Ok(Tree::new(Arc::clone(&self.inner), tree))
     }
@@ -648,7 +679,7 @@ impl Db {
     /// Runs a checkpoint now: writes every dirty page and moves the log's
     /// recovery start to the present.
     pub fn checkpoint(&self) -> Result<()> {
-        self.inner.check_open()?;
+        self.inner.check_writable()?;
         self.inner.checkpoint()
     }
 
@@ -1071,13 +1102,25 @@ impl DbInner {
     }
 
     fn check_failure(&self) -> Result<()> {
-        self.check_open()?;
+        self.check_writable()?;
         match &*self.failure.lock() {
             Some(reason) => Err(Error::Failed {
                 reason: reason.clone(),
             }),
             None => Ok(()),
         }
+    }
+
+    /// Open, and not read-only ([`crate::Options::read_only`]).
+    fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        if self.options.is_read_only() {
+            return Err(Error::ReadOnly {
+                path: self.dir.clone(),
+                reason: "writes are refused".into(),
+            });
+        }
+        Ok(())
     }
 
     fn fail(&self, error: &Error) {
@@ -1577,7 +1620,8 @@ impl DbInner {
         if let Some(handle) = self.background.lock().take() {
             let _ = handle.join();
         }
-        let failed = self.failure.lock().is_some();
+        // A read-only database writes nothing, at close neither.
+        let failed = self.failure.lock().is_some() || self.options.is_read_only();
         let result = if failed {
             // Memory may hold changes the log does not: write nothing more.
             Ok(())

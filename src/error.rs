@@ -10,7 +10,12 @@ use barracuda_pool::PoolError;
 ///
 /// Conditions of the world (I/O errors, damaged files, full disks, bad
 /// input) are errors; bugs in Barracuda itself panic.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the same text as `Display`: a `main` that returns
+/// `Result<(), barracuda::Error>` prints its error with `Debug`, and the
+/// reader needs the message and its hint (for example, on tmpfs, to use
+/// `FlushMethod::Fsync`), not the variant's fields.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The file layer failed (the error names the file, offset and operation).
@@ -120,6 +125,16 @@ pub enum Error {
         /// What is wrong, with the value.
         reason: String,
     },
+    /// The database was opened read-only ([`crate::Options::read_only`]):
+    /// a write was refused, or the open was, because the database needs
+    /// recovery, which writes.
+    #[error("database {path} is open read-only: {reason}")]
+    ReadOnly {
+        /// The database directory.
+        path: PathBuf,
+        /// What was refused.
+        reason: String,
+    },
     /// The database directory is in use or not usable.
     #[error("database directory {path}: {reason}")]
     Directory {
@@ -128,6 +143,12 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// `Result` with Barracuda's [`Error`].

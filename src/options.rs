@@ -201,6 +201,7 @@ pub struct Options {
     pub(crate) huge_pages: bool,
     pub(crate) record_cache_bytes: usize,
     pub(crate) os_cache_tier: bool,
+    pub(crate) read_only: bool,
 }
 
 impl Default for Options {
@@ -226,6 +227,7 @@ impl Default for Options {
             huge_pages: false,
             record_cache_bytes: 0,
             os_cache_tier: false,
+            read_only: false,
         }
     }
 }
@@ -439,17 +441,60 @@ impl Options {
         self
     }
 
+    /// Opens the database for reading only, writing nothing to its
+    /// directory: no file is created, changed or removed (the `LOCK` file
+    /// is locked shared, so readers exclude a writer and not each other).
+    /// Every write, tree creation, checkpoint and compaction fails with
+    /// [`Error::ReadOnly`]; closing writes no checkpoint. A database that
+    /// was not closed cleanly needs recovery, which writes, so its
+    /// read-only open fails with [`Error::ReadOnly`]: open it read-write
+    /// once. For inspection tools (`barracuda stat`, `check`, `dump`,
+    /// `get`): a damaged database can be looked at without changing it.
+    /// Default = false.
+    #[must_use]
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
     pub(crate) fn wrap(&self, path: &Path, file: Arc<dyn BlockFile>) -> Arc<dyn BlockFile> {
-        match &self.file_wrapper {
+        let file = match &self.file_wrapper {
             Some(wrapper) => (wrapper.0)(path, file),
             None => file,
+        };
+        if self.read_only {
+            // Whatever would write (a recovery step, a flush) fails instead.
+            Arc::new(barracuda_io::ReadOnlyFile::new(file))
+        } else {
+            file
         }
     }
 
     /// Opens the database in `dir`, creating the directory and the database
     /// if needed, and recovers from a crash if there was one.
     pub fn open(self, dir: impl AsRef<Path>) -> Result<Db> {
-        Db::open_with(dir.as_ref(), self)
+        let dir = dir.as_ref();
+        if !self.read_only {
+            return Db::open_with(dir, self);
+        }
+        Db::open_with(dir, self).map_err(|error| {
+            // A file refused a write during the open: recovery had work to
+            // do (a torn page to restore, a log tail to repair).
+            if refused_write(&error) {
+                Error::ReadOnly {
+                    path: dir.to_path_buf(),
+                    reason: format!(
+                        "it needs recovery, which writes ({error}); open it read-write once"
+                    ),
+                }
+            } else {
+                error
+            }
+        })
+    }
+
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
@@ -527,4 +572,24 @@ impl Options {
         }
         Ok(())
     }
+}
+
+/// Whether `error` or one of its sources is a read-only file's refusal.
+fn refused_write(error: &Error) -> bool {
+    // `Error::Io` is transparent: its `source()` is the `IoError`'s source,
+    // so the walk below never meets the `IoError` itself.
+    if let Error::Io(barracuda_io::IoError::ReadOnly { .. }) = error {
+        return true;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = source {
+        if matches!(
+            error.downcast_ref::<barracuda_io::IoError>(),
+            Some(barracuda_io::IoError::ReadOnly { .. })
+        ) {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }

@@ -2,14 +2,16 @@
 //! change it (`put`, `del`, `load`) and rewrite its trees into full pages
 //! (`compact`).
 //!
-//! Keys and values are written in hex on the command line and in `dump` and
-//! `load` lines; an empty key or value is written `-` (hex cannot express
-//! it as a separate word).
+//! Keys and values are UTF-8 text on the command line unless they start
+//! with `0x` (the rest is hex) or `--hex` is given (every key and value is
+//! hex); see [`KEYS_AND_VALUES_HELP`]. They are printed back the same way.
 //!
 //! Every command but `put` and `load` refuses a directory that holds no
 //! database (no `wal.log`), so a typo never leaves an empty database
 //! behind; `put` and `load` create the database and their trees (with the
-//! default tree options) as needed.
+//! default tree options) as needed. The commands that only look (`stat`,
+//! `check`, `dump`, `get`) open the database read-only: they write no
+//! file, so a damaged database can be inspected as it is.
 //!
 //! The data files use O_DIRECT; on a filesystem that refuses it (tmpfs) the
 //! commands fall back to buffered I/O with fsync.
@@ -22,27 +24,53 @@ use anyhow::{Context, bail};
 use barracuda::btree::{KEY_BYTES_MAX, TreeStats, VALUE_BYTES_MAX};
 use barracuda::io::IoError;
 use barracuda::{Db, Durability, FlushMethod, LOG_FILE_NAME, PoolStatus, Tree, WriteBatch};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::Serialize;
+use std::time::Duration;
+
+/// How keys and values are written, for `barracuda --help`.
+pub const KEYS_AND_VALUES_HELP: &str = "\
+Keys and values:
+  On the command line (put, get, del) a key or value is UTF-8 text, as typed:
+    barracuda put db users carol '{\"age\":22}'
+  unless it starts with 0x, when the rest is hex (0x alone is empty):
+    barracuda put db users 0xcafe 0x00ff
+  With --hex every key and value is hex, without the 0x (- is empty).
+  get prints a value as text when it is printable UTF-8, otherwise as 0x-hex
+  (so a value that starts with 0x prints as hex too); with --hex, as hex.
+  dump and load lines are `TREE KEY VALUE` and `put TREE KEY VALUE` /
+  `del TREE KEY`, each KEY and VALUE one word: text when it has no space or
+  control character and does not start with 0x, otherwise 0x-hex (dump
+  writes them so, and load reads them back); with --hex, plain hex.
+
+Read-only:
+  stat, check, dump and get write no file. A database that was not closed
+  cleanly needs recovery first, which writes: `barracuda recover DIR`.";
 
 /// The admin commands.
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
-    /// Trees, height, pages, fill, compression ratio, file sizes, pool status.
+    /// Trees, height, pages, fill, compression ratio, file sizes, pool
+    /// status (read-only).
     Stat(StatArgs),
-    /// Verify every block and every tree invariant; exit status 1 on damage.
+    /// Verify every block and every tree invariant; exit status 1 on damage
+    /// (read-only).
     Check(DirArgs),
-    /// Print `TREE HEXKEY HEXVALUE` lines, trees by name, keys in order.
+    /// Print `TREE KEY VALUE` lines, trees by name, keys in order
+    /// (read-only).
     Dump(DumpArgs),
-    /// Print the hex value of a key; exit status 1 if it is absent.
+    /// Print the value of a key; exit status 1 if it is absent (read-only).
     Get(KeyArgs),
     /// Set a key (creates the database and the tree if needed).
     Put(PutArgs),
     /// Delete a key.
     Del(KeyArgs),
-    /// Apply `put TREE HEXKEY HEXVALUE` / `del TREE HEXKEY` lines in durable
+    /// Apply `put TREE KEY VALUE` / `del TREE KEY` lines in durable
     /// batches (creates the database and trees if needed).
     Load(LoadArgs),
+    /// Open the database read-write and close it: recovery after a crash
+    /// (replaying the log), so that the read-only commands can open it.
+    Recover(DirArgs),
     /// Rewrite trees into full pages and give free space back to the
     /// filesystem (`Db::compact`); prints pages and file sizes before and
     /// after.
@@ -55,8 +83,12 @@ pub struct DirArgs {
     /// The database directory.
     pub dir: PathBuf,
     /// Buffer pool of each tree, MiB.
-    #[arg(long, default_value_t = 64)]
-    pub pool_mib: usize,
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true, value_parser = crate::bench::harness::int_in::<u32>(1, 1_048_576))]
+    pub pool_mib: u32,
+    /// If another process has the database open, wait until it closes it
+    /// instead of failing at once.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 /// `stat`.
@@ -80,6 +112,9 @@ pub struct DumpArgs {
     /// Only this tree.
     #[arg(long)]
     tree: Option<String>,
+    /// Print keys and values in plain hex (`-` when empty).
+    #[arg(long)]
+    hex: bool,
 }
 
 /// `get` and `del`.
@@ -89,8 +124,11 @@ pub struct KeyArgs {
     db: DirArgs,
     /// The tree.
     tree: String,
-    /// The key in hex (`-` for the empty key).
+    /// The key: text, or hex after `0x` (see `barracuda --help`).
     key: String,
+    /// The key (and a printed value) in hex, without `0x`.
+    #[arg(long)]
+    hex: bool,
 }
 
 /// `put`.
@@ -100,10 +138,13 @@ pub struct PutArgs {
     db: DirArgs,
     /// The tree.
     tree: String,
-    /// The key in hex (`-` for the empty key).
+    /// The key: text, or hex after `0x` (see `barracuda --help`).
     key: String,
-    /// The value in hex (`-` for the empty value).
+    /// The value: text, or hex after `0x`.
     value: String,
+    /// The key and value in hex, without `0x`.
+    #[arg(long)]
+    hex: bool,
 }
 
 /// `load`.
@@ -115,8 +156,11 @@ pub struct LoadArgs {
     #[arg(long)]
     ops: PathBuf,
     /// Lines per durable commit.
-    #[arg(long, default_value_t = 1)]
-    batch: usize,
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = crate::bench::harness::int_in::<u32>(1, 1_000_000))]
+    batch: u32,
+    /// Keys and values of the lines are plain hex (`-` when empty).
+    #[arg(long)]
+    hex: bool,
     /// Applies every line through one `Db::chunked_writer` instead: atomic
     /// parts, one sync at the end, a run of deletes in key order; not
     /// atomic as a whole, and `committed K` is printed once, at the end. A
@@ -137,34 +181,133 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Put(args) => put(&args),
         Command::Del(args) => del(&args),
         Command::Load(args) => load(&args),
+        Command::Recover(args) => recover(&args),
         Command::Compact(args) => compact(&args),
     }
 }
 
-/// Opens the database in `args.dir`, which must exist unless `create`.
-fn open(args: &DirArgs, create: bool) -> anyhow::Result<Db> {
+/// How a command opens the database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Reads only: writes no file (`Options::read_only`).
+    ReadOnly,
+    /// Reads and writes an existing database.
+    Write,
+    /// Reads and writes, creating the database if needed.
+    Create,
+}
+
+/// How often `--wait` tries the lock again.
+const LOCK_RETRY_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Opens the database in `args.dir`, which must exist unless `Create`.
+fn open(args: &DirArgs, mode: Mode) -> anyhow::Result<Db> {
     let dir = &args.dir;
-    if !create && !dir.join(LOG_FILE_NAME).is_file() {
+    if mode != Mode::Create && !dir.join(LOG_FILE_NAME).is_file() {
         bail!(
             "{} is not a barracuda database (it has no {LOG_FILE_NAME})",
             dir.display()
         );
     }
-    let options = || Db::options().buffer_pool_bytes(args.pool_mib << 20);
-    let db = match options().open(dir) {
-        Err(barracuda::Error::Io(IoError::DirectIoUnsupported { .. })) => {
-            options().flush_method(FlushMethod::Fsync).open(dir)
-        }
-        other => other,
+    let options = || {
+        Db::options()
+            .buffer_pool_bytes((args.pool_mib as usize) << 20)
+            .read_only(mode == Mode::ReadOnly)
     };
-    db.with_context(|| format!("opening {}", dir.display()))
+    let mut waiting = false;
+    loop {
+        let db = match options().open(dir) {
+            Err(barracuda::Error::Io(IoError::DirectIoUnsupported { .. })) => {
+                options().flush_method(FlushMethod::Fsync).open(dir)
+            }
+            other => other,
+        };
+        match db {
+            Err(barracuda::Error::Io(IoError::DirLocked { .. })) if args.wait => {
+                if !waiting {
+                    eprintln!("waiting for another process to close {}", dir.display());
+                    waiting = true;
+                }
+                std::thread::sleep(LOCK_RETRY_INTERVAL);
+            }
+            Err(error @ barracuda::Error::Io(IoError::DirLocked { .. })) => {
+                return Err(error).with_context(|| {
+                    format!(
+                        "opening {} (--wait waits for the other process)",
+                        dir.display()
+                    )
+                });
+            }
+            Err(error @ barracuda::Error::ReadOnly { .. }) => {
+                return Err(error).with_context(|| {
+                    format!(
+                        "opening {} read-only (`barracuda recover {}` recovers it)",
+                        dir.display(),
+                        dir.display()
+                    )
+                });
+            }
+            other => return other.with_context(|| format!("opening {}", dir.display())),
+        }
+    }
 }
 
-/// Parses hex (`-` = empty).
-fn parse_hex(text: &str) -> anyhow::Result<Vec<u8>> {
-    if text == "-" {
-        return Ok(Vec::new());
+/// `recover`: opens read-write (which recovers) and closes cleanly.
+fn recover(args: &DirArgs) -> anyhow::Result<()> {
+    let db = open(args, Mode::Write)?;
+    let stats = db.recovery_stats();
+    db.close()?;
+    println!(
+        "recovered: {} pages replayed, {} torn pages restored; closed cleanly",
+        stats.pages_replayed, stats.pages_restored
+    );
+    Ok(())
+}
+
+/// Parses a key or value word: hex after `0x` or with `hex` (where `-` is
+/// empty too), otherwise the text's UTF-8 bytes.
+fn parse_bytes(word: &str, hex: bool) -> anyhow::Result<Vec<u8>> {
+    match word.strip_prefix("0x") {
+        Some(digits) => parse_hex(digits),
+        None if hex && word == "-" => Ok(Vec::new()),
+        None if hex => parse_hex(word),
+        None => Ok(word.as_bytes().to_vec()),
     }
+}
+
+/// Whether `bytes` print as themselves: UTF-8 without control characters,
+/// not starting with `0x` (which would read back as hex).
+fn is_plain_text(bytes: &[u8]) -> bool {
+    std::str::from_utf8(bytes)
+        .is_ok_and(|text| !text.starts_with("0x") && !text.chars().any(char::is_control))
+}
+
+/// A value as `get` prints it: the text itself when [`is_plain_text`],
+/// otherwise `0x` and hex; plain hex with `hex` (`-` when empty).
+fn show(bytes: &[u8], hex_only: bool) -> String {
+    if hex_only {
+        hex(bytes)
+    } else if is_plain_text(bytes) {
+        String::from_utf8_lossy(bytes).into_owned()
+    } else {
+        format!("0x{}", hex_digits(bytes))
+    }
+}
+
+/// A key or value as one word of a `dump` line: like [`show`], and hex too
+/// when empty or holding white space, so that `load` reads it back.
+fn word(bytes: &[u8], hex_only: bool) -> String {
+    let spaced = bytes.iter().any(u8::is_ascii_whitespace)
+        || std::str::from_utf8(bytes).is_ok_and(|t| t.chars().any(char::is_whitespace));
+    if hex_only || !bytes.is_empty() && !spaced && is_plain_text(bytes) {
+        show(bytes, hex_only)
+    } else {
+        format!("0x{}", hex_digits(bytes))
+    }
+}
+
+/// Parses hex digits.
+fn parse_hex(text: &str) -> anyhow::Result<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         bail!("{text:?} is not hex: odd number of digits");
     }
@@ -185,16 +328,28 @@ fn hex(bytes: &[u8]) -> String {
     if bytes.is_empty() {
         return "-".into();
     }
+    hex_digits(bytes)
+}
+
+/// Hex digits of `bytes` (nothing when empty).
+fn hex_digits(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A key and value that the tree will take, or why not.
-fn parse_entry(key: &str, value: Option<&str>) -> anyhow::Result<(Vec<u8>, Option<Vec<u8>>)> {
-    let key = parse_hex(key).context("key")?;
+fn parse_entry(
+    key: &str,
+    value: Option<&str>,
+    hex: bool,
+) -> anyhow::Result<(Vec<u8>, Option<Vec<u8>>)> {
+    let key = parse_bytes(key, hex).context("key")?;
     if key.len() > KEY_BYTES_MAX {
         bail!("key of {} bytes exceeds {KEY_BYTES_MAX}", key.len());
     }
-    let value = value.map(parse_hex).transpose().context("value")?;
+    let value = value
+        .map(|value| parse_bytes(value, hex))
+        .transpose()
+        .context("value")?;
     if let Some(value) = &value
         && value.len() > VALUE_BYTES_MAX
     {
@@ -204,13 +359,13 @@ fn parse_entry(key: &str, value: Option<&str>) -> anyhow::Result<(Vec<u8>, Optio
 }
 
 fn get(args: &KeyArgs) -> anyhow::Result<()> {
-    let (key, _) = parse_entry(&args.key, None)?;
-    let db = open(&args.db, false)?;
+    let (key, _) = parse_entry(&args.key, None, args.hex)?;
+    let db = open(&args.db, Mode::ReadOnly)?;
     let value = db.open_tree(&args.tree)?.get(&key)?;
     db.close()?;
     match value {
         Some(value) => {
-            println!("{}", hex(&value));
+            println!("{}", show(&value, args.hex));
             Ok(())
         }
         None => bail!("not found: key {} in tree {:?}", args.key, args.tree),
@@ -218,8 +373,8 @@ fn get(args: &KeyArgs) -> anyhow::Result<()> {
 }
 
 fn put(args: &PutArgs) -> anyhow::Result<()> {
-    let (key, value) = parse_entry(&args.key, Some(&args.value))?;
-    let db = open(&args.db, true)?;
+    let (key, value) = parse_entry(&args.key, Some(&args.value), args.hex)?;
+    let db = open(&args.db, Mode::Create)?;
     let existed =
         db.tree(&args.tree)?
             .put_with(&key, &value.unwrap_or_default(), Durability::Sync)?;
@@ -229,8 +384,8 @@ fn put(args: &PutArgs) -> anyhow::Result<()> {
 }
 
 fn del(args: &KeyArgs) -> anyhow::Result<()> {
-    let (key, _) = parse_entry(&args.key, None)?;
-    let db = open(&args.db, false)?;
+    let (key, _) = parse_entry(&args.key, None, args.hex)?;
+    let db = open(&args.db, Mode::Write)?;
     let existed = db
         .open_tree(&args.tree)?
         .delete_with(&key, Durability::Sync)?;
@@ -240,12 +395,12 @@ fn del(args: &KeyArgs) -> anyhow::Result<()> {
 }
 
 fn dump(args: &DumpArgs) -> anyhow::Result<()> {
-    let db = open(&args.db, false)?;
+    let db = open(&args.db, Mode::ReadOnly)?;
     let names = match &args.tree {
         Some(name) => vec![db.open_tree(name)?.name().to_owned()],
         None => sorted(db.tree_names()),
     };
-    let written = write_entries(&db, &names);
+    let written = write_entries(&db, &names, args.hex);
     db.close()?;
     match written {
         // The reader went away (`dump | head`): not an error.
@@ -255,12 +410,12 @@ fn dump(args: &DumpArgs) -> anyhow::Result<()> {
 }
 
 /// Prints the entries of the trees `names` as `dump` lines.
-fn write_entries(db: &Db, names: &[String]) -> anyhow::Result<()> {
+fn write_entries(db: &Db, names: &[String], hex: bool) -> anyhow::Result<()> {
     let mut out = BufWriter::new(std::io::stdout().lock());
     for name in names {
         for entry in db.open_tree(name)?.iter() {
             let (key, value) = entry.with_context(|| format!("reading tree {name:?}"))?;
-            writeln!(out, "{name} {} {}", hex(&key), hex(&value))?;
+            writeln!(out, "{name} {} {}", word(&key, hex), word(&value, hex))?;
         }
     }
     out.flush()?;
@@ -269,14 +424,14 @@ fn write_entries(db: &Db, names: &[String]) -> anyhow::Result<()> {
 
 /// `compact`: every tree (or `--tree`), with a spinner counting entries.
 fn compact(args: &DumpArgs) -> anyhow::Result<()> {
-    let db = open(&args.db, false)?;
+    let db = open(&args.db, Mode::Write)?;
     let names = match &args.tree {
         Some(name) => vec![db.open_tree(name)?.name().to_owned()],
         None => sorted(db.tree_names()),
     };
     for name in &names {
         let bar = ProgressBar::new_spinner().with_style(
-            ProgressStyle::with_template("{spinner} {msg} {pos} entries {per_sec}")
+            crate::bench::harness::progress_style("{spinner} {msg} {human_pos} entries {rate}")
                 .context("progress template")?,
         );
         bar.set_message(format!("compacting {name}:"));
@@ -312,7 +467,7 @@ fn sorted(mut names: Vec<String>) -> Vec<String> {
 }
 
 fn check(args: &DirArgs) -> anyhow::Result<()> {
-    let db = open(args, false)?;
+    let db = open(args, Mode::ReadOnly)?;
     let names = sorted(db.tree_names());
     db.check_files()
         .with_context(|| format!("checking the files of {}", args.dir.display()))?;
@@ -344,15 +499,15 @@ struct LoadOp {
     value: Option<Vec<u8>>,
 }
 
-/// Parses one `load` line: `put TREE HEXKEY HEXVALUE` or `del TREE HEXKEY`.
-fn parse_op(line: &str) -> anyhow::Result<LoadOp> {
-    let words: Vec<&str> = line.split_ascii_whitespace().collect();
+/// Parses one `load` line: `put TREE KEY VALUE` or `del TREE KEY`.
+fn parse_op(line: &str, hex: bool) -> anyhow::Result<LoadOp> {
+    let words: Vec<&str> = line.split_whitespace().collect();
     let (tree, key, value) = match words.as_slice() {
         ["put", tree, key, value] => (tree, key, Some(*value)),
         ["del", tree, key] => (tree, key, None),
-        _ => bail!("expected `put TREE HEXKEY HEXVALUE` or `del TREE HEXKEY`"),
+        _ => bail!("expected `put TREE KEY VALUE` or `del TREE KEY`"),
     };
-    let (key, value) = parse_entry(key, value)?;
+    let (key, value) = parse_entry(key, value, hex)?;
     Ok(LoadOp {
         tree: (*tree).to_owned(),
         key,
@@ -361,9 +516,6 @@ fn parse_op(line: &str) -> anyhow::Result<LoadOp> {
 }
 
 fn load(args: &LoadArgs) -> anyhow::Result<()> {
-    if args.batch == 0 {
-        bail!("--batch must be at least 1");
-    }
     let input: Box<dyn BufRead> = if args.ops == Path::new("-") {
         Box::new(std::io::stdin().lock())
     } else {
@@ -371,11 +523,11 @@ fn load(args: &LoadArgs) -> anyhow::Result<()> {
             .with_context(|| format!("opening {}", args.ops.display()))?;
         Box::new(std::io::BufReader::new(file))
     };
-    let db = open(&args.db, true)?;
+    let db = open(&args.db, Mode::Create)?;
     let result = if args.chunked {
-        load_chunked(&db, input)
+        load_chunked(&db, input, args.hex)
     } else {
-        load_lines(&db, input, args.batch)
+        load_lines(&db, input, args.batch as usize, args.hex)
     };
     let closed = db.close();
     result?;
@@ -384,9 +536,14 @@ fn load(args: &LoadArgs) -> anyhow::Result<()> {
 }
 
 /// Applies the lines of `input` in batches of `batch_lines` operations.
-fn load_lines(db: &Db, input: Box<dyn BufRead>, batch_lines: usize) -> anyhow::Result<()> {
+fn load_lines(
+    db: &Db,
+    input: Box<dyn BufRead>,
+    batch_lines: usize,
+    hex: bool,
+) -> anyhow::Result<()> {
     let mut trees = HashMap::new();
-    let mut pending = Vec::with_capacity(batch_lines);
+    let mut pending = Vec::new();
     let mut applied_count = 0usize;
     let mut first_line = 1;
     let mut stdout = std::io::stdout().lock();
@@ -400,7 +557,7 @@ fn load_lines(db: &Db, input: Box<dyn BufRead>, batch_lines: usize) -> anyhow::R
         if pending.is_empty() {
             first_line = line_number;
         }
-        let op = parse_op(text).with_context(|| {
+        let op = parse_op(text, hex).with_context(|| {
             format!("line {line_number}: {text:?} (nothing of lines {first_line}..={line_number} applied)")
         })?;
         pending.push(op);
@@ -427,13 +584,13 @@ fn load_lines(db: &Db, input: Box<dyn BufRead>, batch_lines: usize) -> anyhow::R
 /// --chunked`), then syncs and prints `committed K`. A line that cannot be
 /// read, parsed or written stops the load; the lines before it are
 /// applied and synced first.
-fn load_chunked(db: &Db, input: Box<dyn BufRead>) -> anyhow::Result<()> {
+fn load_chunked(db: &Db, input: Box<dyn BufRead>, hex: bool) -> anyhow::Result<()> {
     let mut trees: HashMap<String, Tree> = HashMap::new();
     let mut writer = db.chunked_writer_with(Durability::Sync);
     let mut applied_count = 0usize;
     let mut stopped = None;
     let bar = ProgressBar::new_spinner().with_style(
-        ProgressStyle::with_template("{spinner} loading: {pos} lines {per_sec}")
+        crate::bench::harness::progress_style("{spinner} loading: {human_pos} lines {rate}")
             .context("progress template")?,
     );
     for (index, line) in input.lines().enumerate() {
@@ -445,7 +602,8 @@ fn load_chunked(db: &Db, input: Box<dyn BufRead>) -> anyhow::Result<()> {
                 if text.is_empty() || text.starts_with('#') {
                     return Ok(false);
                 }
-                let op = parse_op(text).with_context(|| format!("line {line_number}: {text:?}"))?;
+                let op =
+                    parse_op(text, hex).with_context(|| format!("line {line_number}: {text:?}"))?;
                 if !trees.contains_key(&op.tree) {
                     let tree = match op.value {
                         Some(_) => Some(db.tree(&op.tree)?),
@@ -589,7 +747,7 @@ fn tree_report(tree: &Tree, options: serde_json::Value) -> anyhow::Result<TreeRe
 }
 
 fn stat(args: &StatArgs) -> anyhow::Result<()> {
-    let db = open(&args.db, false)?;
+    let db = open(&args.db, Mode::ReadOnly)?;
     let mut catalog = catalog_entries(&args.db.dir)?;
     let mut trees = Vec::new();
     for name in sorted(db.tree_names()) {
@@ -682,21 +840,71 @@ mod tests {
     #[test]
     fn hex_round_trips_and_rejects_junk() {
         for bytes in [&b""[..], b"\x00", b"abc\xff"] {
-            assert_eq!(parse_hex(&hex(bytes)).expect("valid hex"), bytes);
+            assert_eq!(parse_bytes(&hex(bytes), true).expect("valid hex"), bytes);
         }
         assert_eq!(parse_hex("0aFf").expect("valid hex"), vec![0x0a, 0xff]);
         assert!(parse_hex("abc").is_err());
         assert!(parse_hex("zz").is_err());
     }
 
+    /// Every printed form reads back as the same bytes: text, text that
+    /// looks like hex, `0x`-text, spaces, control bytes, invalid UTF-8,
+    /// empty, non-ASCII.
+    #[test]
+    fn printed_keys_and_values_read_back() {
+        let cases: [&[u8]; 10] = [
+            b"carol",
+            b"{\"age\":22}",
+            b"cafe",
+            b"0xcafe",
+            b"two words",
+            b"tab\there",
+            b"\xff\xfe",
+            b"",
+            "caf\u{e9} \u{65e5}\u{672c}".as_bytes(),
+            "\u{65e5}\u{672c}".as_bytes(),
+        ];
+        for bytes in cases {
+            for hex_only in [false, true] {
+                let printed = word(bytes, hex_only);
+                assert!(!printed.is_empty() && !printed.contains(char::is_whitespace));
+                assert_eq!(parse_bytes(&printed, hex_only).expect("reads"), bytes);
+                let shown = show(bytes, hex_only);
+                if !bytes.is_empty() || hex_only {
+                    assert_eq!(parse_bytes(&shown, hex_only).expect("reads"), bytes);
+                }
+            }
+        }
+        assert_eq!(show(b"carol", false), "carol");
+        assert_eq!(
+            show("\u{65e5}\u{672c}".as_bytes(), false),
+            "\u{65e5}\u{672c}"
+        );
+        assert_eq!(show(b"cafe", false), "cafe");
+        assert_eq!(show(b"\xff", false), "0xff");
+        assert_eq!(parse_bytes("cafe", false).expect("text"), b"cafe");
+        assert_eq!(parse_bytes("0xcafe", false).expect("hex"), [0xca, 0xfe]);
+        assert_eq!(parse_bytes("cafe", true).expect("hex"), [0xca, 0xfe]);
+    }
+
     #[test]
     fn load_lines_parse() {
-        let op = parse_op("put t 6b 76").expect("valid line");
+        let op = parse_op("put t 0x6b 0x76", false).expect("valid line");
         assert_eq!((op.tree.as_str(), &op.key[..]), ("t", &b"k"[..]));
         assert_eq!(op.value.as_deref(), Some(&b"v"[..]));
-        assert!(parse_op("del t 6b").expect("valid").value.is_none());
-        assert!(parse_op("put t 6b").is_err());
-        assert!(parse_op("del t 6b 76").is_err());
-        assert!(parse_op("upsert t 6b 76").is_err());
+        let op = parse_op("put t k v", false).expect("valid line");
+        assert_eq!(
+            (&op.key[..], op.value.as_deref()),
+            (&b"k"[..], Some(&b"v"[..]))
+        );
+        let op = parse_op("put t 6b 76", true).expect("valid line");
+        assert_eq!(
+            (&op.key[..], op.value.as_deref()),
+            (&b"k"[..], Some(&b"v"[..]))
+        );
+        assert!(parse_op("del t k", false).expect("valid").value.is_none());
+        assert!(parse_op("put t k", false).is_err());
+        assert!(parse_op("del t k v", false).is_err());
+        assert!(parse_op("upsert t k v", false).is_err());
     }
 }

@@ -49,8 +49,12 @@ fn ops(count: usize) -> (String, String) {
     let mut a = Vec::new();
     let mut b = Vec::new();
     for i in 0..count {
-        let key = hex(format!("key{i:06}").as_bytes());
-        let value = hex(format!("value {i} ").repeat(1 + i % 7).as_bytes());
+        // Text keys; values with spaces, so written (and dumped) in hex.
+        let key = format!("key{i:06}");
+        let value = format!(
+            "0x{}",
+            hex(format!("value {i} ").repeat(1 + i % 7).as_bytes())
+        );
         let tree = if i % 3 == 0 { "b" } else { "a" };
         ops.push_str(&format!("put {tree} {key} {value}\n"));
         let line = format!("{tree} {key} {value}\n");
@@ -107,12 +111,12 @@ fn load_chunked_applies_every_line_and_stops_at_a_bad_one() {
     let deletes: String = (0..3000)
         .rev()
         .filter(|i| i % 3 == 0)
-        .map(|i| format!("del b {}\n", hex(format!("key{i:06}").as_bytes())))
+        .map(|i| format!("del b key{i:06}\n"))
         .collect();
     let file = dir.path().join("deletes.txt");
     std::fs::write(
         &file,
-        deletes + "del nosuchtree 01\nput a zz 00\nput a 01 01\n",
+        deletes + "del nosuchtree 01\nput a 0xzz 00\nput a 01 01\n",
     )
     .unwrap();
     let output = barracuda(&["load", db, "--ops", file.to_str().unwrap(), "--chunked"]);
@@ -147,7 +151,7 @@ fn load_reads_stdin_commits_every_line_and_stops_at_a_bad_line() {
     let dir = tempdir();
     let db = dir.path().join("db");
     let db = db.to_str().unwrap();
-    let input = "put t 01 aa\nput t 02 bb\n\n# a comment\ndel t 01\nput t 03 cc\nput t 04 zz\nput t 05 ee\n";
+    let input = "put t 01 aa\nput t 02 bb\n\n# a comment\ndel t 01\nput t 03 cc\nput t 04 0xzz\nput t 05 ee\n";
     let mut child = Command::new(env!("CARGO_BIN_EXE_barracuda"))
         .args(["load", db, "--ops", "-", "--batch", "2"])
         .stdin(Stdio::piped())
@@ -169,10 +173,13 @@ fn load_reads_stdin_commits_every_line_and_stops_at_a_bad_line() {
     assert_eq!(ok(&["dump", db]), "t 02 bb\nt 03 cc\n");
     // --batch 1 (the default) commits and reports every line.
     let file = dir.path().join("ops.txt");
-    std::fs::write(&file, "put t 06 ff\nput u 07 -\ndel nosuchtree 01\n").unwrap();
+    std::fs::write(&file, "put t 06 ff\nput u 07 0x\ndel nosuchtree 01\n").unwrap();
     let out = ok(&["load", db, "--ops", file.to_str().unwrap()]);
     assert_eq!(out, "committed 1\ncommitted 2\ncommitted 3\n");
-    assert_eq!(ok(&["get", db, "u", "07"]), "-\n");
+    // An empty value: an empty line from get, `0x` in a dump, `-` in hex.
+    assert_eq!(ok(&["get", db, "u", "07"]), "\n");
+    assert_eq!(ok(&["dump", db, "--tree", "u"]), "u 07 0x\n");
+    assert_eq!(ok(&["dump", db, "--tree", "u", "--hex"]), "u 3037 -\n");
 }
 
 #[test]
@@ -181,24 +188,26 @@ fn get_put_del() {
     let db = dir.path().join("db");
     let db = db.to_str().unwrap();
     assert_eq!(
-        ok(&["put", db, "users", "616c696365", "3331"]),
+        ok(&["put", db, "users", "0x616c696365", "0x3331"]),
         "inserted\n"
     );
     assert_eq!(
-        ok(&["put", db, "users", "616c696365", "3332"]),
+        ok(&["put", db, "users", "--hex", "616c696365", "3332"]),
         "replaced\n"
     );
-    assert_eq!(ok(&["get", db, "users", "616c696365"]), "3332\n");
-    let missing = barracuda(&["get", db, "users", "626f62"]);
+    assert_eq!(ok(&["put", db, "users", "alice", "32"]), "replaced\n");
+    assert_eq!(ok(&["get", db, "users", "0x616c696365"]), "32\n");
+    assert_eq!(ok(&["get", db, "users", "--hex", "616c696365"]), "3332\n");
+    let missing = barracuda(&["get", db, "users", "bob"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(text(&missing).contains("not found"), "{}", text(&missing));
-    assert_eq!(ok(&["del", db, "users", "616c696365"]), "deleted\n");
-    assert_eq!(ok(&["del", db, "users", "616c696365"]), "absent\n");
+    assert_eq!(ok(&["del", db, "users", "alice"]), "deleted\n");
+    assert_eq!(ok(&["del", db, "users", "alice"]), "absent\n");
     assert_eq!(
-        barracuda(&["get", db, "users", "616c696365"]).status.code(),
+        barracuda(&["get", db, "users", "alice"]).status.code(),
         Some(1)
     );
-    let bad = barracuda(&["put", db, "users", "6g", "00"]);
+    let bad = barracuda(&["put", db, "users", "0x6g", "00"]);
     assert_eq!(bad.status.code(), Some(1));
     assert!(text(&bad).contains("hex"), "{}", text(&bad));
 }

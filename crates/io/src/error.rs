@@ -118,12 +118,29 @@ pub enum IoError {
         /// What showed it.
         reason: String,
     },
-    /// Another process (or another open of the same directory) holds the
-    /// data directory's lock.
+    /// Another process holds the data directory's lock.
     #[error("data directory {} is locked by another process (flock on its LOCK file)", dir.display())]
     DirLocked {
         /// The directory.
         dir: PathBuf,
+    },
+    /// This process holds the data directory's lock already: the directory
+    /// is open (a `Db` not yet closed or dropped) elsewhere in this process.
+    #[error(
+        "data directory {} is already open in this process, which holds its lock (close or drop the other open first)",
+        dir.display()
+    )]
+    DirOpenInProcess {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A file opened read-only (`ReadOnlyFile`) was asked to change.
+    #[error("{op} of {} refused: the file was opened read-only", path.display())]
+    ReadOnly {
+        /// What was asked.
+        op: OpKind,
+        /// The file.
+        path: PathBuf,
     },
     /// Creating or locking the lock file failed for another reason.
     #[error("cannot lock data directory {}: {source}", dir.display())]

@@ -50,6 +50,7 @@ mod lock;
 mod memory;
 mod options;
 mod pread;
+mod read_only;
 mod sys;
 mod uring;
 
@@ -68,6 +69,7 @@ pub use options::{
     QUEUE_DEPTH_MAX,
 };
 pub use pread::PreadFile;
+pub use read_only::ReadOnlyFile;
 pub use uring::UringFile;
 
 /// A file read and written at offsets, shared by many threads

@@ -58,9 +58,19 @@ fn dir_lock_is_exclusive_and_released_on_drop() {
     let dir = scratch_dir();
     let first = DirLock::acquire(dir.path()).unwrap();
     assert_eq!(first.dir(), dir.path());
-    // A second open file description conflicts, as another process would.
+    // A second open file description conflicts, as another process would,
+    // and the error says the holder is this process.
     let error = DirLock::acquire(dir.path()).unwrap_err();
-    assert!(matches!(error, IoError::DirLocked { .. }), "{error:?}");
+    assert!(
+        matches!(error, IoError::DirOpenInProcess { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("this process"), "{error}");
+    let shared = DirLock::acquire_shared(dir.path()).unwrap_err();
+    assert!(
+        matches!(shared, IoError::DirOpenInProcess { .. }),
+        "{shared:?}"
+    );
     assert!(
         error
             .to_string()

@@ -27,23 +27,24 @@ const CODECS_DEFAULT: &str = "none,zlib-1,zlib-6,zlib-9,zstd-1,zstd-3,zstd-9,zst
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The fraction of its size a page compresses to (db_bench's
-    /// `compression_ratio`): 0.5 compresses to half.
-    #[arg(long, default_value_t = 0.5)]
+    /// `compression_ratio`): 0.5 compresses to half; 0.05..=1.
+    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true,
+          value_parser = super::harness::f64_in(0.05, 1.0))]
     pub ratio: f64,
     /// Take page text from this file instead of generating it.
     #[arg(long)]
     pub corpus: Option<PathBuf>,
     /// The logical page size in KiB (4 to 64, a power of two).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(4, 64))]
     pub page_kib: usize,
     /// How many distinct pages to compress.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(1, 1_000_000))]
     pub pages: usize,
     /// Codecs to measure, comma-separated: none, zlib-LEVEL, zstd-LEVEL.
     #[arg(long, value_delimiter = ',', default_value = CODECS_DEFAULT)]
     pub codecs: Vec<String>,
     /// Passes over all pages per codec; the median pass is reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(1, 1000))]
     pub rounds: usize,
     /// The seed of the generated text.
     #[arg(long, default_value_t = 1)]
@@ -95,6 +96,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     progress.finish_and_clear();
     print_table(args, &rows);
+    super::harness::print_legend(&[
+        (
+            "ratio",
+            "page bytes over compressed bytes, over all pages (2.00: half the size)",
+        ),
+        (
+            "fit%",
+            "pages whose compressed image fits their block, with the modification-log reserve",
+        ),
+        (
+            "compr, decompr",
+            "MB/s of page bytes, and µs per page, median of the rounds",
+        ),
+    ]);
+    println!("{}", codec_verdict(&rows));
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&rows)?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
@@ -251,6 +267,27 @@ fn progress_bar(len: u64) -> ProgressBar {
         bar.set_style(style.progress_chars("=> "));
     }
     bar
+}
+
+/// The closing line: the best ratio, and the fastest decompression among
+/// the codecs that compress.
+fn codec_verdict(rows: &[Row]) -> String {
+    let best = rows
+        .iter()
+        .filter(|r| r.codec != "none")
+        .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    let fastest = rows
+        .iter()
+        .filter(|r| r.codec != "none")
+        .filter_map(|r| Some((r, r.decompress_mb_s?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    match (best, fastest) {
+        (Some(best), Some((fast, mb_s))) => format!(
+            "verdict: best ratio {}-{} ({:.2}); fastest decompression {}-{} ({mb_s:.0} MB/s, ratio {:.2})",
+            best.codec, best.level, best.ratio, fast.codec, fast.level, fast.ratio
+        ),
+        _ => "verdict: no compressing codec measured".to_string(),
+    }
 }
 
 fn print_table(args: &Args, rows: &[Row]) {

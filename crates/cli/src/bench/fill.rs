@@ -4,7 +4,7 @@
 
 use anyhow::{Context, bail};
 use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig, TreeStats};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::path::PathBuf;
@@ -30,16 +30,16 @@ pub struct Args {
     #[arg(long, default_value = "adaptive")]
     policy: String,
     /// Rows to insert.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, allow_negative_numbers = true, value_parser = super::harness::int_in::<u64>(1, 100_000_000))]
     rows: u64,
     /// Insert the keys of this file instead (one hex key per line, in order).
     #[arg(long)]
     keys_from: Option<PathBuf>,
     /// Bytes per value (a TPC-C order row is about 80).
-    #[arg(long, default_value_t = 80)]
+    #[arg(long, default_value_t = 80, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(0, 4096))]
     value_bytes: usize,
     /// Page size in KiB.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(4, 64))]
     page_kib: usize,
     /// Write results as JSON to this file (an object for one run, an array
     /// for a matrix).
@@ -208,7 +208,7 @@ fn run_one(
     };
     let tree = Tree::create(Arc::clone(&store), config)?;
     let bar = ProgressBar::new(keys.len() as u64).with_style(
-        ProgressStyle::with_template("{msg:24} {bar:40} {pos}/{len} {per_sec}")
+        super::harness::progress_style("{msg:24} {bar:40} {human_pos}/{human_len} {rate}")
             .context("progress template")?,
     );
     bar.set_message(format!("{pattern}/{}", policy.0));
@@ -240,6 +240,34 @@ fn run_one(
         patch_bytes_per_insert: store_stats.patch_bytes as f64 / keys.len().max(1) as f64,
         inserts_per_second: keys.len() as f64 / elapsed_s.max(1e-9),
     })
+}
+
+/// What the columns mean, and the closing line: the fullest leaves.
+fn print_legend_and_verdict(results: &[FillResult]) {
+    super::harness::print_legend(&[
+        (
+            "leaf_fill",
+            "bytes of entries over bytes of leaf pages (1.000: full)",
+        ),
+        (
+            "split_half, split_seq",
+            "leaf splits at the middle, and at the insert point (sequential)",
+        ),
+        ("patch_B/ins", "bytes of page changes logged per insert"),
+    ]);
+    if let Some(best) = results
+        .iter()
+        .max_by(|a, b| a.leaf_fill.total_cmp(&b.leaf_fill))
+    {
+        let worst = results
+            .iter()
+            .map(|r| r.leaf_fill)
+            .fold(f64::INFINITY, f64::min);
+        println!(
+            "verdict: fullest leaves {:.3} ({} with {}); emptiest {worst:.3}",
+            best.leaf_fill, best.pattern, best.policy
+        );
+    }
 }
 
 fn print_table(results: &[FillResult]) {
@@ -284,6 +312,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
     }
     print_table(&results);
+    print_legend_and_verdict(&results);
     if let Some(path) = &args.json {
         let json = if results.len() == 1 {
             serde_json::to_string_pretty(&results[0])?

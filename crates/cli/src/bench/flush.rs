@@ -28,13 +28,13 @@ pub struct Args {
     #[command(flatten)]
     common: CommonArgs,
     /// Pool sizes, MiB, comma-separated (before `--scale`).
-    #[arg(long, default_value = POOLS_MIB_DEFAULT)]
-    pools_mib: String,
+    #[arg(long, value_delimiter = ',', default_value = POOLS_MIB_DEFAULT, allow_negative_numbers = true, value_parser = harness::int_in::<u64>(1, 65536))]
+    pools_mib: Vec<u64>,
     /// Data sizes, MiB, comma-separated (before `--scale`).
-    #[arg(long, default_value = DATA_MIB_DEFAULT)]
-    data_mib: String,
+    #[arg(long, value_delimiter = ',', default_value = DATA_MIB_DEFAULT, allow_negative_numbers = true, value_parser = harness::int_in::<u64>(1, 1_048_576))]
+    data_mib: Vec<u64>,
     /// Threads that load the tables.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = harness::int_in::<usize>(1, 64))]
     load_threads: usize,
 }
 
@@ -62,28 +62,22 @@ pub struct FlushPoint {
     pub measured: Measured,
 }
 
-fn list(s: &str) -> anyhow::Result<Vec<u64>> {
-    s.split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<u64>()
-                .with_context(|| format!("not a number: {x:?}"))
-        })
-        .collect()
-}
-
 /// Runs the workload.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let common = &args.common;
-    let pools: Vec<u64> = list(&args.pools_mib)?
-        .into_iter()
+    let pools: Vec<u64> = args
+        .pools_mib
+        .iter()
         .map(|m| common.scaled(m << 20))
         .collect();
-    let datas: Vec<u64> = list(&args.data_mib)?
-        .into_iter()
+    let datas: Vec<u64> = args
+        .data_mib
+        .iter()
         .map(|m| common.scaled(m << 20))
         .collect();
-    let (dir, _temp) = common.data_dir()?;
+    // A table per data size, each at most 1.5x its data.
+    let total = datas.iter().fold(0u64, |sum, d| sum.saturating_add(*d));
+    let (dir, _temp) = common.data_dir(total.saturating_mul(3) / 2)?;
     let text = common.text()?;
     println!(
         "{}",
@@ -144,6 +138,45 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
     print_table(&points);
+    harness::print_legend(&[
+        (
+            "method",
+            "Fsync: buffered I/O through the OS page cache; ODirect: around it",
+        ),
+        (
+            "queries/s, hit%",
+            "point queries per second; page gets served from the pool",
+        ),
+        (
+            "reads/s, read_us",
+            "pages read per second; the average time of one read",
+        ),
+        (
+            "Fsync/ODirect",
+            "queries/s buffered over queries/s direct: above 1, the page cache helps",
+        ),
+    ]);
+    let ratios: Vec<f64> = points
+        .iter()
+        .filter(|p| p.flush_method == "Fsync")
+        .filter_map(|p| {
+            let direct = points.iter().find(|q| {
+                q.flush_method == "ODirect"
+                    && q.pool_bytes == p.pool_bytes
+                    && q.data_bytes == p.data_bytes
+            })?;
+            Some(p.measured.queries_per_s / direct.measured.queries_per_s.max(1e-9))
+        })
+        .collect();
+    if let (Some(low), Some(high)) = (
+        ratios.iter().copied().reduce(f64::min),
+        ratios.iter().copied().reduce(f64::max),
+    ) {
+        println!(
+            "verdict ({}): buffered Fsync runs at {low:.2}x to {high:.2}x O_DIRECT's queries/s",
+            common.latency_label()
+        );
+    }
     if let Some(path) = &common.json {
         harness::write_json(path, &points)?;
     }

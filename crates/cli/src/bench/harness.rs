@@ -38,36 +38,40 @@ pub struct CommonArgs {
     /// Draw the workload's curves into this SVG file.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// Directory for the data files (default: a temporary directory under
-    /// the current directory, so on its filesystem rather than tmpfs).
+    /// Directory for the data files, kept after the run (default: a new
+    /// directory in the system's temporary directory, `TMPDIR` or `/tmp`,
+    /// or `/var/tmp` when that is a tmpfs; removed at the end, also on
+    /// Ctrl-C).
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// Grow rows and pool together by this factor.
-    #[arg(long, default_value_t = 1.0)]
+    /// Grow rows and pool together by this factor, 0.01..=100.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true,
+          value_parser = f64_in(0.01, 100.0))]
     pub scale: f64,
     /// Take row text from this file instead of the db_bench-style generator.
     #[arg(long)]
     pub corpus: Option<PathBuf>,
     /// The fraction of its size generated text compresses to (db_bench's
-    /// `compression_ratio`).
-    #[arg(long, default_value_t = 0.5)]
+    /// `compression_ratio`), 0.05..=1 (1: incompressible).
+    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true,
+          value_parser = f64_in(0.05, 1.0))]
     pub ratio: f64,
     /// Latency added to every read, write and sync through the fault
     /// backend, µs (emulates the reference studies' slow disks).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = int_in::<u64>(0, 1_000_000))]
     pub device_latency_us: u64,
     /// Client threads.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true, value_parser = int_in::<usize>(1, 1024))]
     pub threads: usize,
     /// Timed part of each point, ms.
-    #[arg(long, default_value_t = 1500)]
+    #[arg(long, default_value_t = 1500, allow_negative_numbers = true, value_parser = int_in::<u64>(100, 3_600_000))]
     pub measure_ms: u64,
     /// Least random warm-up of each point before timing, ms.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, allow_negative_numbers = true, value_parser = int_in::<u64>(0, 3_600_000))]
     pub warmup_ms: u64,
     /// Most random warm-up of each point, ms (it ends earlier once the pool
     /// is full or the working set is cached).
-    #[arg(long, default_value_t = 3000)]
+    #[arg(long, default_value_t = 3000, allow_negative_numbers = true, value_parser = int_in::<u64>(0, 3_600_000))]
     pub warmup_max_ms: u64,
 }
 
@@ -86,18 +90,30 @@ impl CommonArgs {
         ((value as f64 * self.scale).round() as u64).max(1)
     }
 
-    /// The data directory: `--dir`, or a new temporary directory under the
-    /// current one (kept alive by the returned guard).
-    pub fn data_dir(&self) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
-        if let Some(dir) = &self.dir {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            return Ok((dir.clone(), None));
-        }
-        let temp = tempfile::Builder::new()
-            .prefix("barracuda-bench-")
-            .tempdir_in(".")
-            .context("creating a temporary directory under the current directory")?;
-        Ok((temp.path().to_path_buf(), Some(temp)))
+    /// The data directory: `--dir`, or a new temporary directory (see
+    /// [`crate::cleanup::temp_parent`]) that the returned guard removes,
+    /// also on Ctrl-C. Fails before anything is written if the filesystem
+    /// has less than `needed_bytes` free.
+    pub fn data_dir(
+        &self,
+        needed_bytes: u64,
+    ) -> anyhow::Result<(PathBuf, Option<crate::cleanup::TempDir>)> {
+        let (dir, guard) = match &self.dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                (dir.clone(), None)
+            }
+            None => {
+                let temp = crate::cleanup::TempDir::new(
+                    &crate::cleanup::temp_parent(),
+                    "barracuda-bench-",
+                )?;
+                (temp.path().to_path_buf(), Some(temp))
+            }
+        };
+        crate::cleanup::ensure_free(&dir, needed_bytes, "this run")?;
+        Ok((dir, guard))
     }
 
     /// The text source: `--corpus` or generated text at `--ratio`.
@@ -134,6 +150,71 @@ impl CommonArgs {
             },
             load_average()
         )
+    }
+}
+
+/// Prints a legend under a table: one line per column or term.
+pub fn print_legend(entries: &[(&str, &str)]) {
+    println!();
+    println!("legend:");
+    let width = entries
+        .iter()
+        .map(|(name, _)| name.len())
+        .max()
+        .unwrap_or(0);
+    for (name, meaning) in entries {
+        println!("  {name:<width$}  {meaning}");
+    }
+}
+
+/// Legend entries of the columns the query workloads share.
+pub const QUERY_COLUMNS_LEGEND: [(&str, &str); 6] = [
+    (
+        "queries/s",
+        "queries answered per second by all client threads, over the timed part",
+    ),
+    ("hit%", "page gets served from the pool without a read"),
+    (
+        "unzips/s",
+        "decompressions: of cached blocks on hits, and after reads",
+    ),
+    ("I/Os/s", "pages read plus pages written per second"),
+    (
+        "LRU, unzip_LRU",
+        "pages cached; of those, pages cached uncompressed (a frame)",
+    ),
+    (
+        "blocks, cpu_us/q",
+        "compressed blocks cached; CPU time of the process per query",
+    ),
+];
+
+/// A value parser for floating-point flags: a number in `min..=max`, the
+/// range named in the error (clap's ranges are for integers only).
+pub fn f64_in(min: f64, max: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {
+    move |text| match text.parse::<f64>() {
+        Ok(value) if (min..=max).contains(&value) => Ok(value),
+        Ok(_) => Err(format!("{text} is not in {min}..={max}")),
+        Err(e) => Err(format!("{e}; expected a number in {min}..={max}")),
+    }
+}
+
+/// A value parser for integer flags: a whole number in `min..=max`, the
+/// range named in every error (clap's own ranged parsers say only "number
+/// too large to fit in target type" past the type's end).
+pub fn int_in<T: TryFrom<u128>>(
+    min: u128,
+    max: u128,
+) -> impl Fn(&str) -> Result<T, String> + Clone {
+    move |text| {
+        let range = || format!("{min}..={max}");
+        let value = text
+            .parse::<u128>()
+            .map_err(|_| format!("{text} is not a whole number in {}", range()))?;
+        if !(min..=max).contains(&value) {
+            return Err(format!("{text} is not in {}", range()));
+        }
+        T::try_from(value).map_err(|_| format!("{text} is not in {}", range()))
     }
 }
 
@@ -438,11 +519,24 @@ pub fn process_cpu_us() -> u64 {
     us(usage.ru_utime) + us(usage.ru_stime)
 }
 
+/// A progress style from `template`, which may use `{rate}`: items per
+/// second as a whole number (indicatif's `{per_sec}` prints four decimals,
+/// `22,022.5982/s`).
+pub fn progress_style(template: &str) -> anyhow::Result<ProgressStyle> {
+    Ok(ProgressStyle::with_template(template)
+        .with_context(|| format!("progress template {template:?}"))?
+        .with_key(
+            "rate",
+            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}/s", state.per_sec());
+            },
+        ))
+}
+
 /// A progress bar on stderr (hidden when stderr is not a terminal).
 pub fn progress(len: u64, message: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
-    if let Ok(style) =
-        ProgressStyle::with_template("{msg:32} {bar:40} {pos}/{len} {per_sec} eta {eta}")
+    if let Ok(style) = progress_style("{msg:32} {bar:40} {human_pos}/{human_len} {rate} eta {eta}")
     {
         bar.set_style(style);
     }

@@ -32,17 +32,23 @@ use serde::Serialize;
 const FILL_CHUNK_BYTES: usize = 1 << 20;
 
 /// Options of `barracuda bench io`.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// The data file (created and filled if shorter than --size-mib). Must
-    /// be on a filesystem with O_DIRECT (not tmpfs).
-    #[arg(long, default_value = "barracuda-bench-io.dat")]
-    file: PathBuf,
+    /// The data file (created and filled if shorter than --size-mib, and
+    /// kept for the next run). Must be on a filesystem with O_DIRECT (not
+    /// tmpfs). Default: a file in a new directory in the system's
+    /// temporary directory (`/var/tmp` if that is a tmpfs), removed at the
+    /// end, also on Ctrl-C.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// The file that is used: `--file` or the temporary one.
+    #[arg(skip)]
+    resolved_file: PathBuf,
     /// File size in MiB.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, allow_negative_numbers = true, value_parser = super::harness::int_in::<u32>(1, 1_048_576))]
     size_mib: u32,
-    /// Request size in KiB.
-    #[arg(long, default_value_t = 16)]
+    /// Request size in KiB (a power of two).
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true, value_parser = super::harness::int_in::<u32>(1, 1024))]
     block_kib: u32,
     /// Backends to run: uring, pread (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "uring")]
@@ -54,21 +60,23 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "threads")]
     path: Vec<String>,
     /// I/O thread counts (read_io_threads or write_io_threads).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8",
+          allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(1, 64))]
     threads: Vec<usize>,
     /// Queue depths: per I/O thread (path threads) or caller threads (path direct).
-    #[arg(long, value_delimiter = ',', default_value = "1,4,32")]
+    #[arg(long, value_delimiter = ',', default_value = "1,4,32", allow_negative_numbers = true, value_parser = super::harness::int_in::<u32>(1, 4096))]
     depth: Vec<u32>,
     /// Seconds per configuration.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true,
+          value_parser = super::harness::f64_in(0.1, 3600.0))]
     seconds: f64,
     /// Path threads: the submitter offers this many times T x D requests,
     /// so each I/O thread finds its next request queued when one completes
     /// (as read-ahead, which queues many pages at once). 1 = no backlog.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = super::harness::int_in::<u32>(1, 64))]
     backlog: u32,
     /// Run every configuration this many times, interleaved.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = super::harness::int_in::<u32>(1, 100))]
     repeat: u32,
     /// Also run fio (ioengine io_uring, direct=1, one job) on the same file
     /// at each depth, right before the same-depth rows, for comparison.
@@ -103,7 +111,34 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if block_bytes == 0 || !block_bytes.is_power_of_two() {
         bail!("--block-kib must be a power of two");
     }
-    prepare_file(&args.file, size_bytes)?;
+    let (file, _temp) = match &args.file {
+        Some(file) => (file.clone(), None),
+        None => {
+            let temp = crate::cleanup::TempDir::new(
+                &crate::cleanup::temp_parent(),
+                "barracuda-bench-io-",
+            )?;
+            (temp.path().join("bench-io.dat"), Some(temp))
+        }
+    };
+    let existing_bytes = std::fs::metadata(&file).map_or(0, |m| m.len());
+    if let Some(parent) = file.parent() {
+        let parent = if parent.as_os_str().is_empty() {
+            std::path::Path::new(".")
+        } else {
+            parent
+        };
+        crate::cleanup::ensure_free(
+            parent,
+            size_bytes.saturating_sub(existing_bytes),
+            "bench io",
+        )?;
+    }
+    let args = &Args {
+        resolved_file: file,
+        ..args.clone()
+    };
+    prepare_file(&args.resolved_file, size_bytes)?;
     let mut rows = Vec::new();
     print_header();
     for repeat in 0..args.repeat as usize {
@@ -123,6 +158,35 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     if args.fio {
         print_ratios(&rows);
+    }
+    super::harness::print_legend(&[
+        (
+            "path",
+            "threads: requests go through the file's I/O threads; direct: callers submit",
+        ),
+        (
+            "threads, depth",
+            "I/O threads (or callers), and requests each keeps in flight",
+        ),
+        ("IOPS, MB/s", "requests and bytes per second over the run"),
+        (
+            "p50 us, p99 us",
+            "latency of one request: the median and the 99th percentile",
+        ),
+        (
+            "IOPS / fio",
+            "against fio on the same file at the same depth (--fio): 1.00 is as fast",
+        ),
+    ]);
+    if let Some(best) = rows
+        .iter()
+        .filter(|r| r.backend != "fio")
+        .max_by(|a, b| a.iops.total_cmp(&b.iops))
+    {
+        println!(
+            "verdict: most IOPS {:.0} ({} {} {}, {} threads, depth {}), p99 {:.0} us",
+            best.iops, best.backend, best.op, best.path, best.threads, best.depth, best.p99_us
+        );
     }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&rows).context("serialize results")?;
@@ -186,8 +250,8 @@ fn measure(args: &Args, config: &Config<'_>, repeat: usize) -> anyhow::Result<Ro
         .queue_depth(config.depth)
         .buffer_count(outstanding * args.backlog.max(1) as usize)
         .buffer_size_bytes(block_bytes.max(4096));
-    let file = barracuda_io::open(&args.file, &options)
-        .with_context(|| format!("open {}", args.file.display()))?;
+    let file = barracuda_io::open(&args.resolved_file, &options)
+        .with_context(|| format!("open {}", args.resolved_file.display()))?;
     let workload = Workload {
         file,
         op,
@@ -395,7 +459,7 @@ fn run_fio(args: &Args, op: &str, depth: u32, repeat: usize) -> anyhow::Result<R
     };
     let fio_args = [
         "--name=r".to_string(),
-        format!("--filename={}", args.file.display()),
+        format!("--filename={}", args.resolved_file.display()),
         "--ioengine=io_uring".into(),
         "--direct=1".into(),
         format!("--bs={}k", args.block_kib),

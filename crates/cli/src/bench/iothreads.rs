@@ -9,7 +9,6 @@
 //! copying every entry. "read IOPS" counts every page read from the file:
 //! misses on the query threads plus reads ahead.
 
-use anyhow::Context;
 use barracuda_io::FlushMethod;
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -35,22 +34,24 @@ pub struct Args {
     #[command(flatten)]
     common: CommonArgs,
     /// `read_io_threads` values, comma-separated.
-    #[arg(long, default_value = THREADS_DEFAULT)]
-    read_threads: String,
+    #[arg(long, value_delimiter = ',', default_value = THREADS_DEFAULT,
+          allow_negative_numbers = true, value_parser = harness::int_in::<usize>(1, 64))]
+    read_threads: Vec<usize>,
     /// Leaves each range scan reads ahead through the read threads (0:
     /// none, every page is an ordinary read on the query's thread).
-    #[arg(long, default_value_t = harness::READ_AHEAD_PAGES_DEFAULT)]
+    #[arg(long, default_value_t = harness::READ_AHEAD_PAGES_DEFAULT,
+          allow_negative_numbers = true, value_parser = harness::int_in::<usize>(0, 1024))]
     read_ahead_pages: usize,
     /// Requests each read thread keeps in flight (`Options::io_queue_depth`;
     /// lower it to make the read threads bound the read-ahead concurrency,
     /// as InnoDB's simulated AIO threads did).
-    #[arg(long, default_value_t = barracuda::IO_QUEUE_DEPTH_DEFAULT)]
+    #[arg(long, default_value_t = barracuda::IO_QUEUE_DEPTH_DEFAULT, allow_negative_numbers = true, value_parser = harness::int_in::<u32>(1, 4096))]
     io_depth: u32,
     /// Buffer pool, MiB (before `--scale`).
-    #[arg(long, default_value_t = POOL_MIB_DEFAULT)]
+    #[arg(long, default_value_t = POOL_MIB_DEFAULT, allow_negative_numbers = true, value_parser = harness::int_in::<u64>(1, 65536))]
     pool_mib: u64,
     /// Threads that load the table.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = harness::int_in::<usize>(1, 64))]
     load_threads: usize,
 }
 
@@ -109,20 +110,13 @@ pub fn range_min_old_id(store: &dyn Store, r: u64) -> anyhow::Result<Option<u32>
 /// Runs the workload.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let common = &args.common;
-    let counts: Vec<usize> = args
-        .read_threads
-        .split(',')
-        .map(|x| {
-            x.trim()
-                .parse()
-                .with_context(|| format!("not a number: {x:?}"))
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let counts: Vec<usize> = args.read_threads.clone();
     let pool_bytes = common
         .scaled(args.pool_mib << 20)
         .max(harness::POOL_BYTES_MIN);
     let rows = pool_bytes * DATA_TO_POOL / sweep::ROW_BYTES_AVG;
-    let (dir, _temp) = common.data_dir()?;
+    // One table, at most the rows' bytes over a leaf fill of two thirds.
+    let (dir, _temp) = common.data_dir(rows.saturating_mul(sweep::ROW_BYTES_AVG) * 3 / 2)?;
     let text = common.text()?;
     let spec = TableSpec::plain("16K uncompressed", 16 << 10);
     let base_file = FileSpec {
@@ -198,6 +192,45 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             m.hit_rate * 100.0,
             m.cpu_us_per_query,
             m.read_ahead_evicted_unused_per_s
+        );
+    }
+    harness::print_legend(&[
+        (
+            "read_io_threads",
+            "threads that serve the pool's batched reads (read-ahead)",
+        ),
+        (
+            "queries/s",
+            "range queries of 1,000 ids (min(old_id)) per second, all client threads",
+        ),
+        (
+            "read IOPS",
+            "pages read per second: misses plus pages read ahead",
+        ),
+        ("misses/s", "pages a query waited for (read on a miss)"),
+        (
+            "read-ahead/s, RA unused/s",
+            "pages read ahead; of those, evicted before any use",
+        ),
+        (
+            "hit%, cpu_us/q",
+            "page gets served without a read; CPU time of the process per query",
+        ),
+    ]);
+    if let (Some(first), Some(best)) = (
+        points.first(),
+        points.iter().max_by(|a, b| {
+            a.measured
+                .queries_per_s
+                .total_cmp(&b.measured.queries_per_s)
+        }),
+    ) {
+        println!(
+            "verdict ({}): most queries/s with {} read threads, {:.2}x {} thread(s)",
+            common.latency_label(),
+            best.read_io_threads,
+            best.measured.queries_per_s / first.measured.queries_per_s.max(1e-9),
+            first.read_io_threads
         );
     }
     if let Some(path) = &common.json {

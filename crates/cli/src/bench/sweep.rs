@@ -58,23 +58,23 @@ pub struct Args {
     #[command(flatten)]
     common: CommonArgs,
     /// Buffer pool per configuration, MiB (before `--scale`).
-    #[arg(long, default_value_t = POOL_MIB_DEFAULT)]
+    #[arg(long, default_value_t = POOL_MIB_DEFAULT, allow_negative_numbers = true, value_parser = harness::int_in::<u64>(1, 65536))]
     pool_mib: u64,
     /// Rows (default: about 8x the pool uncompressed, after `--scale`).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = harness::int_in::<u64>(100, 1_000_000_000))]
     rows: Option<u64>,
     /// Configurations, comma-separated: plain, zlib-innodb, zlib-cost,
     /// zstd-cost.
     #[arg(long, default_value = "plain,zlib-innodb,zlib-cost,zstd-cost")]
     configs: String,
     /// Threads that load the tables.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = harness::int_in::<usize>(1, 64))]
     load_threads: usize,
     /// Measures each range this many times, every configuration in turn
     /// each time, and reports the repeat with the median queries/s (in
     /// memory a query costs about a microsecond, and which core its
     /// threads share swings single measurements 2x on 2 cores).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = harness::int_in::<usize>(1, 100))]
     repeat: usize,
 }
 
@@ -333,7 +333,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .rows
         .unwrap_or_else(|| pool_bytes * DATA_TO_POOL / ROW_BYTES_AVG);
     let configs = specs(&args.configs)?;
-    let (dir, _temp) = common.data_dir()?;
+    // Up to three loaded tables and a copy per configuration, each at most
+    // the rows' bytes over a leaf fill of two thirds.
+    let table_bytes = rows.saturating_mul(ROW_BYTES_AVG).saturating_mul(3) / 2;
+    let (dir, _temp) = common.data_dir(table_bytes.saturating_mul(3 + configs.len() as u64))?;
     let text = common.text()?;
     let file_spec = FileSpec {
         flush_method: FlushMethod::ODirect,
@@ -450,6 +453,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     bar.finish_and_clear();
     print_table(&points);
     print_ratios(&points, &ranges);
+    print_legend(cap_plain, cap_zlib);
+    for line in verdict(&points, &common.latency_label()) {
+        println!("{line}");
+    }
     if let Some(path) = &common.json {
         harness::write_json(path, &points)?;
     }
@@ -547,6 +554,76 @@ fn print_ratios(points: &[SweepPoint], ranges: &[u64]) {
             ratio(z, p)
         );
     }
+}
+
+/// What the columns of both tables mean, printed under them.
+fn print_legend(cap_plain: u64, cap_zlib: u64) {
+    let zone_a = format!("range <= {cap_plain} rows: the range's pages fit the pool uncompressed");
+    let zone_b =
+        format!("range <= {cap_zlib} rows: they fit the pool only compressed (zlib, 8K blocks)");
+    let mut entries = vec![
+        (
+            "range",
+            "each query reads a row whose id is uniform in [1, range]",
+        ),
+        ("zone A", zone_a.as_str()),
+        ("zone B", zone_b.as_str()),
+        (
+            "zone C",
+            "larger: they fit in neither, and queries read from the disk",
+        ),
+    ];
+    entries.extend(harness::QUERY_COLUMNS_LEGEND);
+    entries.extend([
+        ("target", "CostAware's target share of the pool for frames, per mille"),
+        ("X/plain", "queries/s of configuration X over the uncompressed table's at the same range: above 1, X is faster"),
+        ("Cost/best(plain,Inno)", "zlib CostAware over the faster of uncompressed and zlib InnoDb"),
+    ]);
+    harness::print_legend(&entries);
+}
+
+/// The closing lines: per zone, the best (zones B and C) or worst (zone
+/// A) ratio of each compressed configuration to the uncompressed table.
+fn verdict(points: &[SweepPoint], latency: &str) -> Vec<String> {
+    let plain = "16K uncompressed";
+    let mut configs: Vec<&str> = Vec::new();
+    for p in points {
+        if p.config != plain && !configs.contains(&p.config.as_str()) {
+            configs.push(&p.config);
+        }
+    }
+    let ratios = |config: &str, zone: char| -> Vec<f64> {
+        points
+            .iter()
+            .filter(|p| p.config == config && p.zone == zone)
+            .filter_map(|p| {
+                let base = qps(points, plain, p.range_rows)?;
+                (base > 0.0).then(|| p.measured.queries_per_s / base)
+            })
+            .collect()
+    };
+    let mut parts = Vec::new();
+    for config in &configs {
+        let worst_a = ratios(config, 'A').into_iter().reduce(f64::min);
+        let best_b = ratios(config, 'B').into_iter().reduce(f64::max);
+        let best_c = ratios(config, 'C').into_iter().reduce(f64::max);
+        let show = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.2}x"));
+        parts.push(format!(
+            "{config}: zone A {} at worst, zone B {} and zone C {} at best",
+            show(worst_a),
+            show(best_b),
+            show(best_c)
+        ));
+    }
+    if parts.is_empty() {
+        return vec![format!(
+            "verdict ({latency}): no compressed configuration to compare with uncompressed"
+        )];
+    }
+    vec![
+        format!("verdict ({latency}), queries/s against uncompressed: {}.", parts.join("; ")),
+        "single points swing up to 2x on a loaded machine: --repeat 3 reports each point's median run".to_string(),
+    ]
 }
 
 fn draw(
