@@ -17,6 +17,14 @@
 //! A third child writes only `Db::chunked_writer`s of several parts: a kill
 //! must keep every finished writer whole and a prefix of the one it cuts.
 //!
+//! Chance decides where most kills land. Every tenth cycle from the fourth
+//! on, the child instead stops inside a compaction (in its progress
+//! callback, after the first batch is copied) and says so, and the parent
+//! kills it then; every tenth from the eighth on, it stops once a
+//! checkpoint after its last write deleted log segments. So kills inside a
+//! compaction and after segments were deleted happen on every run, however
+//! slow the machine, and are asserted.
+//!
 //! 50 cycles by default (20 for the batches and for the chunked writes);
 //! `BARRACUDA_CRASH_CYCLES=1000`
 //! for the long run.
@@ -39,6 +47,9 @@ const CHILD_SEED_VAR: &str = "BARRACUDA_CRASH_CHILD_SEED";
 const CHILD_BATCHES_VAR: &str = "BARRACUDA_CRASH_CHILD_BATCHES";
 /// Set for the chunked-writer child.
 const CHILD_CHUNKS_VAR: &str = "BARRACUDA_CRASH_CHILD_CHUNKS";
+/// Set for a child that stops at a moment for the kill: `compaction` or
+/// `segments` (see [`Hold`]).
+const CHILD_HOLD_VAR: &str = "BARRACUDA_CRASH_CHILD_HOLD";
 const CYCLES_VAR: &str = "BARRACUDA_CRASH_CYCLES";
 const CYCLES_DEFAULT: u64 = 50;
 /// Distinct keys: small enough that updates and deletes hit existing keys.
@@ -85,6 +96,58 @@ fn batch_options() -> barracuda::Options {
 /// Puts per batch: more than one group of the 4 MiB log holds.
 const BATCH_PUTS: std::ops::RangeInclusive<u64> = 45..=70;
 
+/// Where a child of [`sigkill_loses_no_acknowledged_write`] stops for the
+/// kill, instead of running until one comes at a random moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    /// Inside a compaction at the child's step `seed % 50`: its progress
+    /// callback, after the first batch is copied, prints
+    /// `compact progress N` and waits for the kill.
+    Compaction,
+    /// After the write of step `seed % 50`: waits until a checkpoint has
+    /// deleted log segments, prints `segments removed` and waits for the
+    /// kill.
+    Segments,
+}
+
+impl Hold {
+    fn name(self) -> &'static str {
+        match self {
+            Hold::Compaction => "compaction",
+            Hold::Segments => "segments",
+        }
+    }
+
+    /// The line the child prints when it holds.
+    fn marker(self) -> &'static str {
+        match self {
+            Hold::Compaction => "compact progress",
+            Hold::Segments => "segments removed",
+        }
+    }
+
+    /// The hold, if any, of cycle `cycle`.
+    fn of_cycle(cycle: u64) -> Option<Hold> {
+        match cycle % 10 {
+            3 => Some(Hold::Compaction),
+            7 => Some(Hold::Segments),
+            _ => None,
+        }
+    }
+
+    /// The step of the child with `seed` at which it holds.
+    fn step(seed: u64) -> u64 {
+        seed % 50
+    }
+}
+
+/// Waits for the parent's kill.
+fn wait_for_the_kill() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
 /// The child: writes until killed. Before each write it prints `begin`,
 /// after it returns (durable) `put I STEP` or `del I`.
 #[test]
@@ -101,6 +164,11 @@ fn crash_child() {
         chunk_child(Path::new(&dir), seed);
         return;
     }
+    let hold = match std::env::var(CHILD_HOLD_VAR).as_deref() {
+        Ok("compaction") => Some(Hold::Compaction),
+        Ok("segments") => Some(Hold::Segments),
+        _ => None,
+    };
     let db = options().open(&dir).unwrap();
     let tree = db.tree("crash").unwrap();
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -109,6 +177,18 @@ fn crash_child() {
     // The test harness printed "test crash_child ... " without a newline.
     writeln!(out).unwrap();
     for step in 0.. {
+        if hold == Some(Hold::Compaction) && step == Hold::step(seed) {
+            writeln!(out, "compacting").unwrap();
+            out.flush().unwrap();
+            let _ = db.compact_with_progress("crash", |copied| {
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "{} {copied}", Hold::Compaction.marker()).unwrap();
+                out.flush().unwrap();
+                wait_for_the_kill()
+            });
+            unreachable!("the compaction waits for the kill");
+        }
+        let segments_before = db.log_stats().segments_removed;
         if step % IDLE_EVERY == IDLE_EVERY - 1 {
             let removed = db.log_stats().segments_removed;
             std::thread::sleep(IDLE_PAUSE);
@@ -134,6 +214,22 @@ fn crash_child() {
             writeln!(out, "put {i} {step}").unwrap();
         }
         out.flush().unwrap();
+        if hold == Some(Hold::Segments) && step == Hold::step(seed) {
+            // The write went to a segment that the next checkpoint (every
+            // 30 ms) passes and deletes. The bound only keeps a broken
+            // checkpoint from hanging the test, which then fails.
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while db.log_stats().segments_removed == segments_before && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if db.log_stats().segments_removed > segments_before {
+                writeln!(out, "{}", Hold::Segments.marker()).unwrap();
+                out.flush().unwrap();
+                wait_for_the_kill();
+            }
+            writeln!(out, "segments kept").unwrap();
+            out.flush().unwrap();
+        }
     }
 }
 
@@ -234,14 +330,18 @@ fn run_child(
     dir: &Path,
     seed: u64,
     run: Duration,
+    hold: Option<Hold>,
     model: &mut BTreeMap<u64, Vec<u8>>,
     output: &mut Vec<String>,
     counts: &mut Counts,
 ) -> Option<u64> {
-    *output = kill_child(dir, seed, run, None);
+    *output = match hold {
+        Some(hold) => kill_child_held(dir, seed, hold),
+        None => kill_child(dir, seed, run, None),
+    };
     let mut in_flight = None;
     let last_compaction = output.iter().rev().find(|line| line.starts_with("compact"));
-    if last_compaction.is_some_and(|line| line == "compacting") {
+    if last_compaction.is_some_and(|line| line != "compacted") {
         counts.killed_compacting += 1;
     }
     counts.segments_removed += output.iter().filter(|l| *l == "segments removed").count();
@@ -291,6 +391,56 @@ fn kill_child(dir: &Path, seed: u64, run: Duration, mode: Option<&str>) -> Vec<S
     child.kill().unwrap();
     child.wait().unwrap();
     reader.join().unwrap()
+}
+
+/// Runs the child with `hold`, kills it once it says it holds, and returns
+/// what it printed.
+fn kill_child_held(dir: &Path, seed: u64, hold: Hold) -> Vec<String> {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DIR_VAR, dir)
+        .env(CHILD_SEED_VAR, seed.to_string())
+        .env(CHILD_HOLD_VAR, hold.name())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (sender, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut output = Vec::new();
+    // A bound against a child that never gets there (a failure, below),
+    // not a timing assumption: the holds come within a second unloaded.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut held = false;
+    while !held {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                held = line.starts_with(hold.marker());
+                output.push(line);
+            }
+            // The child exited, or the time is up: fail below.
+            Err(_) => break,
+        }
+    }
+    // SIGKILL: no destructor, no final checkpoint.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap();
+    output.extend(lines.try_iter());
+    assert!(
+        held,
+        "the child (seed {seed}) never held for {hold:?}; its last lines: {:?}",
+        &output[output.len().saturating_sub(5)..]
+    );
+    output
 }
 
 /// Every entry of the tree, by key number.
@@ -524,6 +674,7 @@ fn sigkill_loses_no_acknowledged_write() {
     let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     let started = Instant::now();
     let mut counts = Counts::default();
+    let (mut held_compaction, mut held_segments) = (0, 0);
     for cycle in 0..cycles {
         let run = Duration::from_millis(rng.random_range(30..400));
         let previous = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -534,10 +685,14 @@ fn sigkill_loses_no_acknowledged_write() {
             }
         }
         let mut last_output = Vec::new();
+        let hold = Hold::of_cycle(cycle);
+        held_compaction += u64::from(hold == Some(Hold::Compaction));
+        held_segments += u64::from(hold == Some(Hold::Segments));
         let in_flight = run_child(
             dir.path(),
             cycle + 1,
             run,
+            hold,
             &mut model,
             &mut last_output,
             &mut counts,
@@ -619,22 +774,20 @@ fn sigkill_loses_no_acknowledged_write() {
         }
         db.close().unwrap();
     }
-    // About a quarter of the kills land inside a compaction (21 of 80 in
-    // one run): with 50 cycles, none at all would mean the test lost its
-    // point.
-    // Likewise for the idle checkpoints that delete log segments.
-    if cycles >= CYCLES_DEFAULT {
-        assert!(
-            counts.killed_compacting > 0,
-            "no kill landed inside a compaction"
-        );
-        assert!(
-            counts.segments_removed > 0,
-            "no idle checkpoint deleted log segments"
-        );
-    }
+    // The held cycles landed where they held; the others may add to both
+    // counts by chance, on a fast machine.
+    assert!(
+        counts.killed_compacting as u64 >= held_compaction,
+        "{} kills inside a compaction, {held_compaction} cycles held there",
+        counts.killed_compacting
+    );
+    assert!(
+        counts.segments_removed as u64 >= held_segments,
+        "{} pauses deleted log segments, {held_segments} cycles held for it",
+        counts.segments_removed
+    );
     eprintln!(
-        "{cycles} SIGKILL cycles ({} inside a compaction, {} idle pauses that deleted log segments), {} acknowledged writes, all present; {} keys at the end, {:.1} s",
+        "{cycles} SIGKILL cycles ({} inside a compaction, {} pauses that deleted log segments; {held_compaction} and {held_segments} of them held for it), {} acknowledged writes, all present; {} keys at the end, {:.1} s",
         counts.killed_compacting,
         counts.segments_removed,
         counts.acknowledged,

@@ -256,22 +256,34 @@ fn an_uncompressed_pool_reads_ahead_into_frames() {
 
 #[test]
 fn fixes_during_an_asynchronous_read_ahead_wait_for_it() {
-    // The fault file delays each batch on its own thread, like a device.
+    // Batches wait on their own thread until the gate opens, like a device
+    // that has not answered yet: whether prefetch waited for them does not
+    // depend on how fast this machine is.
     let io_file = Arc::new(barracuda_io::MemoryFile::new("readahead"));
-    let slow = Arc::new(FaultFile::with_latency(io_file, Duration::from_millis(50)));
-    let file = Arc::new(CountingFile::new(Arc::new(FileService::new(slow)), 8));
+    let gate = Arc::new(Gate::default());
+    let gated = Arc::new(GatedFile {
+        inner: io_file,
+        gate: Arc::clone(&gate),
+    });
+    let file = Arc::new(CountingFile::new(Arc::new(FileService::new(gated)), 8));
     let pool = Arc::new(pool_over(file.clone(), 64, compressed()));
     write_pages(&pool, 16);
     let reads_before = file.all_reads();
 
-    let started = std::time::Instant::now();
+    gate.close();
     assert_eq!(pool.prefetch(&ids(0..16)), 16);
-    assert!(
-        started.elapsed() < Duration::from_millis(40),
-        "prefetch waited for its reads"
-    );
+    // Had prefetch waited for its reads, it would have returned only once
+    // the gate gave up waiting for this test to open it.
+    assert!(!gate.gave_up(), "prefetch waited for its reads");
     assert!(pool.read_ahead_in_flight() > 0);
-    check_from_four_threads(&pool, (0..16).collect());
+    // The fixes start while the reads are held, and wait for them. When
+    // the gate opens only changes how many of them are waiting by then
+    // (on an idle machine, all of them), not what they must find.
+    std::thread::scope(|scope| {
+        scope.spawn(|| check_from_four_threads(&pool, (0..16).collect()));
+        std::thread::sleep(Duration::from_millis(50));
+        gate.open();
+    });
     assert_eq!(file.all_reads() - reads_before, 16, "a page read twice");
     assert_eq!(pool.read_ahead_in_flight(), 0);
     assert_eq!(pool.status().read_ahead, 16);
@@ -426,9 +438,10 @@ fn prefetch_on_a_pool_of_pinned_pages_returns_at_once() {
     let guards: Vec<_> = (0..3)
         .map(|p| pool.fix_shared(PageId(p)).unwrap())
         .collect();
-    let started = std::time::Instant::now();
+    // Returning at all is the point: this thread holds the pinned pages,
+    // so a prefetch that waited for one would never return. (How fast it
+    // returns depends on the machine's load, and is not asserted.)
     let submitted = pool.prefetch(&ids(20..40));
-    assert!(started.elapsed() < Duration::from_millis(50));
     assert!(
         submitted <= 4,
         "{submitted} reads ahead in a one-chunk space"
@@ -436,6 +449,112 @@ fn prefetch_on_a_pool_of_pinned_pages_returns_at_once() {
     pool.check_invariants();
     drop(guards);
     pool.check_invariants();
+}
+
+/// Holds the batches of a [`GatedFile`] while closed.
+#[derive(Debug)]
+struct Gate {
+    open: Mutex<bool>,
+    changed: parking_lot::Condvar,
+    /// Whether a batch stopped waiting for the gate to open.
+    gave_up: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            open: Mutex::new(true),
+            changed: parking_lot::Condvar::new(),
+            gave_up: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl Gate {
+    fn close(&self) {
+        *self.open.lock() = false;
+    }
+
+    fn open(&self) {
+        *self.open.lock() = true;
+        self.changed.notify_all();
+    }
+
+    fn gave_up(&self) -> bool {
+        self.gave_up.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the gate is open, or gives up after two minutes, so that
+    /// a test that wrongly waits for a held batch fails instead of hanging.
+    fn pass(&self) {
+        let mut open = self.open.lock();
+        while !*open {
+            if self
+                .changed
+                .wait_for(&mut open, Duration::from_secs(120))
+                .timed_out()
+            {
+                self.gave_up.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+}
+
+/// A memory file whose batches run on their own thread once its gate lets
+/// them (single reads and writes run at once).
+#[derive(Debug)]
+struct GatedFile {
+    inner: Arc<barracuda_io::MemoryFile>,
+    gate: Arc<Gate>,
+}
+
+impl barracuda_io::BlockFile for GatedFile {
+    fn read_at(
+        &self,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> std::result::Result<(), barracuda_io::IoError> {
+        self.inner.read_at(offset_bytes, buf)
+    }
+
+    fn write_at(
+        &self,
+        offset_bytes: u64,
+        data: &[u8],
+    ) -> std::result::Result<(), barracuda_io::IoError> {
+        self.inner.write_at(offset_bytes, data)
+    }
+
+    fn sync_data(&self) -> std::result::Result<(), barracuda_io::IoError> {
+        self.inner.sync_data()
+    }
+
+    fn len(&self) -> std::result::Result<u64, barracuda_io::IoError> {
+        self.inner.len()
+    }
+
+    fn set_len(&self, len_bytes: u64) -> std::result::Result<(), barracuda_io::IoError> {
+        self.inner.set_len(len_bytes)
+    }
+
+    fn alignment(&self) -> barracuda_io::Alignment {
+        self.inner.alignment()
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.inner.path()
+    }
+
+    fn submit(&self, requests: Vec<IoRequest>, completions: &CompletionSender) {
+        let inner = Arc::clone(&self.inner);
+        let gate = Arc::clone(&self.gate);
+        let completions = completions.clone();
+        std::thread::spawn(move || {
+            gate.pass();
+            inner.submit(requests, &completions);
+        });
+    }
 }
 
 /// A pool opened with `open_shared` over a file whose batches complete

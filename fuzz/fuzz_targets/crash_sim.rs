@@ -1,0 +1,53 @@
+//! Fuzzes the differential crash simulator (`barracuda::testing::sim`): the
+//! input's first eight bytes are the seed, which picks the configuration,
+//! the operations and the crashes of three crash epochs; every recovery
+//! must match the model at a moment between the last durable operation and
+//! the last attempted one. A failure panics with its seed; rerun it with
+//! `BARRACUDA_SIM_SEED=<seed> cargo test --release --test crash_sim`.
+#![no_main]
+
+use std::path::PathBuf;
+
+use barracuda::testing::sim::run_seed_with;
+use libfuzzer_sys::fuzz_target;
+
+/// Crash epochs per input: short runs, many seeds.
+const EPOCHS: u32 = 3;
+
+/// As in `tests/crash_sim.rs`: a failure class known on the main branch
+/// and being fixed elsewhere (recovery replays a logged change into a
+/// compressed page and finds it no longer fits the page's block) is not
+/// reported. Delete this constant and its `if` once the fix is in.
+const KNOWN_FAILURE: &str = "a logged change no longer fits its page's block";
+
+/// tmpfs when there is one: the files then never reach a disk.
+fn base_dir() -> PathBuf {
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir() {
+        shm
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut seed_bytes = [0u8; 8];
+    let len = data.len().min(8);
+    seed_bytes[..len].copy_from_slice(&data[..len]);
+    let seed = u64::from_le_bytes(seed_bytes);
+    // Values of several pages are left out as in the default test: recovery
+    // leaves their overflow chains short (the ignored test
+    // `simulated_crashes_with_values_of_several_pages`). Blocks of a quarter
+    // page too: incompressible values sometimes do not fit them (see
+    // `SimConfig::without_quarter_page_blocks`). Drop these lines once
+    // those are fixed.
+    let result = run_seed_with(&base_dir(), seed, EPOCHS, |config| {
+        config.large_values = false;
+        config.without_quarter_page_blocks();
+    });
+    if let Err(failure) = result
+        && !failure.message.contains(KNOWN_FAILURE)
+    {
+        panic!("{failure}");
+    }
+});

@@ -1,0 +1,135 @@
+//! The differential crash simulator (`barracuda::testing::sim`): seeded
+//! runs of random operations over fault-injecting files, crashed and
+//! recovered epoch after epoch, each recovery checked against the model.
+//!
+//! By default a few hundred crash cycles, on tmpfs when there is one (every
+//! write stays in memory). For long runs:
+//! `BARRACUDA_SIM_CYCLES=100000 cargo test --release --test crash_sim`;
+//! `BARRACUDA_SIM_SEED=S` starts at seed S (alone, it reruns that seed),
+//! `BARRACUDA_SIM_TRACE=1` prints every operation. A failure names its seed
+//! and operation. `BARRACUDA_SIM_KEEP_GOING=1` runs on past failures and
+//! lists them all at the end.
+
+#![allow(clippy::unwrap_used, reason = "tests may unwrap")]
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use barracuda::testing::sim::{SimConfig, SimStats, run_seed_with};
+
+/// Crash epochs per seed.
+const EPOCHS_PER_SEED: u32 = 12;
+/// Crash cycles of the default run.
+const CYCLES_DEFAULT: u64 = 300;
+
+/// A failure class known on the main branch and being fixed elsewhere:
+/// recovery replays a logged change into a compressed page and finds it no
+/// longer fits the page's block. Seeds that end with exactly this error are
+/// counted and reported, not failed. Once the fix is in, delete this
+/// constant and the `if` in [`run`] that names it.
+const KNOWN_FAILURE: &str = "a logged change no longer fits its page's block";
+
+/// tmpfs when there is one: the files then never reach a disk.
+fn base_dir() -> tempfile::TempDir {
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir()
+        && let Ok(dir) = tempfile::tempdir_in(&shm)
+    {
+        return dir;
+    }
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// Runs seeds from `BARRACUDA_SIM_SEED` (default `first_seed`) until
+/// `BARRACUDA_SIM_CYCLES` crash cycles (default [`CYCLES_DEFAULT`], or one
+/// seed's when only the seed is given), each configuration changed by
+/// `adjust`; panics on the first failure (or lists them all at the end).
+fn run(name: &str, first_seed: u64, adjust: impl Fn(&mut SimConfig)) -> SimStats {
+    let first_seed = env_u64("BARRACUDA_SIM_SEED").unwrap_or(first_seed);
+    let one_seed = std::env::var_os("BARRACUDA_SIM_SEED").is_some();
+    let cycles =
+        env_u64("BARRACUDA_SIM_CYCLES").unwrap_or(if one_seed { 1 } else { CYCLES_DEFAULT });
+    let keep_going = std::env::var_os("BARRACUDA_SIM_KEEP_GOING").is_some();
+    let base = base_dir();
+    let started = Instant::now();
+    let mut total = SimStats::default();
+    let mut known = Vec::new();
+    let mut failures = Vec::new();
+    let mut seed = first_seed;
+    while total.cycles < cycles {
+        match run_seed_with(base.path(), seed, EPOCHS_PER_SEED, &adjust) {
+            Ok(stats) => total += stats,
+            Err(failure) => {
+                total += failure.stats;
+                if failure.message.contains(KNOWN_FAILURE) {
+                    known.push((seed, failure.op_index));
+                } else if keep_going {
+                    eprintln!("{failure}\n");
+                    failures.push(format!(
+                        "seed {} op {}: {}",
+                        failure.seed, failure.op_index, failure.message
+                    ));
+                } else {
+                    panic!("{name}: {failure}");
+                }
+            }
+        }
+        seed += 1;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!(
+        "{name}: seeds {first_seed}..{seed}: {} crash cycles, {} operations, {} epochs cut by an injected I/O error, {} opens failed by one, {} recoveries found writes past the last durable point, {} a chunked writer in part, {} writes refused as too large; {seconds:.1} s, {:.1} cycles/s",
+        total.cycles,
+        total.ops,
+        total.io_errors,
+        total.failed_opens,
+        total.recovered_past_durable,
+        total.partial_chunked,
+        total.refused,
+        total.cycles as f64 / seconds
+    );
+    if !known.is_empty() {
+        eprintln!(
+            "{name}: {} seeds ended with the known failure ({KNOWN_FAILURE:?}), (seed, operation): {known:?}",
+            known.len()
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{name}: {} seeds failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    total
+}
+
+/// Every configuration but values of several pages (see the next test).
+#[test]
+fn simulated_crashes_recover_to_a_state_of_the_model() {
+    let total = run("crash_sim", 0, |config| config.large_values = false);
+    if env_u64("BARRACUDA_SIM_CYCLES").unwrap_or(CYCLES_DEFAULT) >= CYCLES_DEFAULT {
+        // The model's history was needed: some recoveries found writes
+        // that were not yet durable, some checks ran after injected errors.
+        assert!(
+            total.recovered_past_durable > 0,
+            "no recovery past the durable point"
+        );
+        assert!(
+            total.io_errors + total.failed_opens > 0,
+            "no injected I/O error"
+        );
+    }
+}
+
+/// Values of several pages (overflow chains) in every seed.
+#[test]
+#[ignore = "overflow chains are found short (`overflow chain holds N of M bytes`), also without a crash: seed 40 reads back 6,694 of a 137,590-byte value of zeros (64 KiB zlib pages) a few writes later; seed 15 after recovery"]
+fn simulated_crashes_with_values_of_several_pages() {
+    run("crash_sim large values", 0, |config| {
+        config.large_values = true
+    });
+}
