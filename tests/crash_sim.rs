@@ -22,13 +22,6 @@ const EPOCHS_PER_SEED: u32 = 12;
 /// Crash cycles of the default run.
 const CYCLES_DEFAULT: u64 = 300;
 
-/// A failure class known on the main branch and being fixed elsewhere:
-/// recovery replays a logged change into a compressed page and finds it no
-/// longer fits the page's block. Seeds that end with exactly this error are
-/// counted and reported, not failed. Once the fix is in, delete this
-/// constant and the `if` in [`run`] that names it.
-const KNOWN_FAILURE: &str = "a logged change no longer fits its page's block";
-
 /// tmpfs when there is one: the files then never reach a disk.
 fn base_dir() -> tempfile::TempDir {
     let shm = PathBuf::from("/dev/shm");
@@ -57,7 +50,6 @@ fn run(name: &str, first_seed: u64, adjust: impl Fn(&mut SimConfig)) -> SimStats
     let base = base_dir();
     let started = Instant::now();
     let mut total = SimStats::default();
-    let mut known = Vec::new();
     let mut failures = Vec::new();
     let mut seed = first_seed;
     while total.cycles < cycles {
@@ -65,9 +57,7 @@ fn run(name: &str, first_seed: u64, adjust: impl Fn(&mut SimConfig)) -> SimStats
             Ok(stats) => total += stats,
             Err(failure) => {
                 total += failure.stats;
-                if failure.message.contains(KNOWN_FAILURE) {
-                    known.push((seed, failure.op_index));
-                } else if keep_going {
+                if keep_going {
                     eprintln!("{failure}\n");
                     failures.push(format!(
                         "seed {} op {}: {}",
@@ -92,12 +82,6 @@ fn run(name: &str, first_seed: u64, adjust: impl Fn(&mut SimConfig)) -> SimStats
         total.refused,
         total.cycles as f64 / seconds
     );
-    if !known.is_empty() {
-        eprintln!(
-            "{name}: {} seeds ended with the known failure ({KNOWN_FAILURE:?}), (seed, operation): {known:?}",
-            known.len()
-        );
-    }
     assert!(
         failures.is_empty(),
         "{name}: {} seeds failed:\n{}",
