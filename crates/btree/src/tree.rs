@@ -714,12 +714,16 @@ impl<S: PageStore> Tree<S> {
 
     // ---------------------------------------------------------------- values
 
+    /// The record value to store for `value`: itself if it is short enough
+    /// to be inline and `inline` allows it, else a reference to a new
+    /// overflow chain holding it.
     fn encode_value<'v>(
         &self,
         op: &mut OpContext,
         value: &'v [u8],
+        inline: bool,
     ) -> Result<(u8, std::borrow::Cow<'v, [u8]>)> {
-        if value.len() <= page::value_inline_bytes_max(self.page_size()) {
+        if inline && value.len() <= page::value_inline_bytes_max(self.page_size()) {
             return Ok((0, std::borrow::Cow::Borrowed(value)));
         }
         let mut first = None;
@@ -739,23 +743,68 @@ impl<S: PageStore> Tree<S> {
 
     /// Writes `value` into a new overflow chain, from its end, so that each
     /// page is written once, its next link already known; `first` is the
-    /// chain written so far. Each page is new, so a commit that does not fit
-    /// changed nothing and is retried with a smaller chunk.
+    /// chain written so far.
+    ///
+    /// A page takes as much of the value as its block holds: a full page
+    /// body if it compresses into the block, else the largest chunk found
+    /// by asking the store ([`PageStore::would_fit`], which changes
+    /// nothing) for halves and then a binary search, to within 1/64. The
+    /// next pages start from the chunk that fitted, as a value's bytes
+    /// tend to compress alike. So random bytes fill about a block per page
+    /// rather than half of one (halving alone lands anywhere between half
+    /// and all of the block's room), which halves their pages, log and
+    /// pool use.
     fn write_chain(
         &self,
         op: &mut OpContext,
         value: &[u8],
         first: &mut Option<PageId>,
     ) -> Result<()> {
-        let chunk_max = self.page_size() - page::PAGE_HEADER_BYTES;
+        let page_size = self.page_size();
+        let chunk_max = page::overflow_payload_bytes_max(page_size);
         // Smallest chunk tried when a page will not compress into its block.
         const CHUNK_BYTES_MIN: usize = 64;
+        let mut hint = chunk_max;
         let mut end = value.len();
         while end > 0 {
             let mut g = self.store.allocate(op)?;
-            let mut take = chunk_max.min(end);
+            let next = *first;
+            let chunk = |take: usize| &value[end - take..end];
+            let mut take = hint.min(end);
+            if self.config.compressed {
+                let fits = |take: usize, g: &S::Exclusive<'_>, op: &mut OpContext| {
+                    let image = page::overflow_image(page_size, chunk(take), next);
+                    self.store.would_fit(g, &image, op)
+                };
+                if !fits(take, &g, op)? {
+                    let mut failed = take;
+                    loop {
+                        if take <= CHUNK_BYTES_MIN {
+                            let page_id = g.page_id();
+                            self.store.free(g, op)?;
+                            return Err(Error::CompressionUnfit { page_id });
+                        }
+                        take /= 2;
+                        if fits(take, &g, op)? {
+                            break;
+                        }
+                        failed = take;
+                    }
+                    while failed - take > (failed / 64).max(CHUNK_BYTES_MIN) {
+                        let mid = take + (failed - take) / 2;
+                        if fits(mid, &g, op)? {
+                            take = mid;
+                        } else {
+                            failed = mid;
+                        }
+                    }
+                    hint = take;
+                }
+            }
+            // `would_fit` is conservative, so this commit fits; should a
+            // store still refuse it, smaller chunks are tried as before.
             loop {
-                page::write_overflow(&mut g, &value[end - take..end], *first);
+                page::write_overflow(&mut g, chunk(take), next);
                 if self.commit(&mut g, op) {
                     break;
                 }
@@ -765,6 +814,7 @@ impl<S: PageStore> Tree<S> {
                     return Err(Error::CompressionUnfit { page_id });
                 }
                 take /= 2;
+                hint = take;
             }
             *first = Some(g.page_id());
             end -= take;
@@ -882,7 +932,31 @@ impl<S: PageStore> Tree<S> {
     pub fn insert_in(&self, op: &mut OpContext, key: &[u8], value: &[u8]) -> Result<bool> {
         check_key(key)?;
         check_value(value)?;
-        let (flags, stored) = self.encode_value(op, value)?;
+        match self.insert_encoded(op, key, value, true) {
+            // A record whose value does not compress may not fit a block
+            // even alone (a value of up to an eighth of the page, in a block
+            // of less than that), nor with any neighbours: with its value in
+            // overflow pages, which hold any bytes, the record keeps only
+            // the key and a reference. The failed try changed no contents.
+            Err(Error::CompressionUnfit { .. })
+                if self.config.compressed && value.len() > page::OVERFLOW_REF_BYTES =>
+            {
+                self.insert_encoded(op, key, value, false)
+            }
+            result => result,
+        }
+    }
+
+    /// [`Tree::insert_in`] of a checked key and value, inline if `inline`
+    /// allows it ([`Tree::encode_value`]).
+    fn insert_encoded(
+        &self,
+        op: &mut OpContext,
+        key: &[u8],
+        value: &[u8],
+        inline: bool,
+    ) -> Result<bool> {
+        let (flags, stored) = self.encode_value(op, value, inline)?;
         let rec = page::RecRef {
             key,
             flags,
@@ -1196,6 +1270,22 @@ impl<S: PageStore> Tree<S> {
         // A separator an ancestor owes a right sibling that gave records.
         let mut rebound: Option<Rebound> = None;
         loop {
+            if self.stage_compacted(&path[j], &job, change, op)? {
+                // No split at this level, so no separators for the parent;
+                // only a separator owed higher up is left to stage.
+                let Some(rb) = &rebound else {
+                    return Ok(Some(kinds));
+                };
+                j = rb.at;
+                match self.stage_edits(&path[j], &[], rebound.as_ref(), change, op)? {
+                    Edited::Staged => return Ok(Some(kinds)),
+                    Edited::Split(next) => {
+                        rebound = None;
+                        job = next;
+                        continue;
+                    }
+                }
+            }
             if job.recs.len() < 2 {
                 return Ok(None);
             }
@@ -1242,6 +1332,37 @@ impl<S: PageStore> Tree<S> {
                 }
             }
         }
+    }
+
+    /// Stages `g` rebuilt from the job's records if the job is a page that
+    /// did not fit its block (`SplitKind::CompressionFailure`) and the
+    /// rebuilt image does: true if it did. A page's heap keeps the bytes of
+    /// removed and replaced records until it is compacted, and those bytes
+    /// are compressed with it; random values replaced in place fill a page
+    /// with such garbage until the page no longer compresses into its block
+    /// although its live records would. Rebuilding drops the garbage, as
+    /// InnoDB reorganizes a page before it splits it; a page of one record
+    /// has no other way to fit.
+    fn stage_compacted<'a>(
+        &'a self,
+        g: &S::Exclusive<'a>,
+        job: &Overfull,
+        change: &mut Change<'a, S>,
+        op: &mut OpContext,
+    ) -> Result<bool> {
+        if job.cause != Some(SplitKind::CompressionFailure)
+            || job.recs.is_empty()
+            || page::image_bytes(&job.recs) > self.limit_bytes()
+        {
+            return Ok(false);
+        }
+        let layout = self.part_layout(g, &job.recs, job.new_idx);
+        let image = Scratch::rebuilt(g, &layout, &job.recs, page::HeapOrder::Kept);
+        if !self.would_fit(g, &image, op)? {
+            return Ok(false);
+        }
+        change.stage(image);
+        Ok(true)
     }
 
     /// Stages `seps` (and the rebound `owed`, if any) into `g` in place;
