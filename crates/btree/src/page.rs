@@ -60,8 +60,14 @@ pub const PAGE_FIELD_MAX: usize = u16::MAX as usize;
 /// this size (6 * (8 + 512 + 8 + 4) < 4096 - 48), so that splits always leave
 /// two non-empty halves and merges have room.
 pub const KEY_BYTES_MAX: usize = 512;
-/// The largest value: bounded so that one `get` allocates a bounded buffer.
-pub const VALUE_BYTES_MAX: usize = 16 << 20;
+/// The largest value, 8 MiB. One put is one atomic write, logged as one
+/// redo group of at most 16 MiB, and its value's overflow pages are logged
+/// whole: a value that does not compress takes up to about 1.2 times its
+/// bytes of log (each block's reserve and headers), and a replaced value's
+/// chain is freed in the same group. 8 MiB leaves room for both with the
+/// default options; 16 MiB would not fit at all. It also bounds what one
+/// `get` allocates.
+pub const VALUE_BYTES_MAX: usize = 8 << 20;
 /// Bytes a record stores inline for an overflowed value: first page id u64,
 /// total length u64.
 pub const OVERFLOW_REF_BYTES: usize = 16;

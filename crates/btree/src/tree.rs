@@ -672,6 +672,23 @@ impl<S: PageStore> Tree<S> {
         Ok(true)
     }
 
+    /// The length of `key`'s value, if present, without reading it: an
+    /// overflowed value's length is in its record. A caller sizing a
+    /// write that replaces or removes the value asks this first.
+    pub fn value_len(&self, key: &[u8]) -> Result<Option<usize>> {
+        check_key(key)?;
+        let (leaf, span) = self.leaf_shared_point(key)?;
+        let pr = page::probe_in(&leaf, key, span.as_ref());
+        if pr.found == 0 {
+            return Ok(None);
+        }
+        let stored = page::rec_value(&leaf, pr.found);
+        if page::rec_flags(&leaf, pr.found) & REC_OVERFLOW == 0 {
+            return Ok(Some(stored.len()));
+        }
+        Ok(Some(decode_overflow_ref(stored).1))
+    }
+
     /// Reads the value of the record at `off`, following an overflow chain
     /// (while the caller keeps the leaf latched, so the chain cannot be freed).
     pub(crate) fn load_value(&self, p: &[u8], off: usize) -> Result<Vec<u8>> {
@@ -748,7 +765,7 @@ impl<S: PageStore> Tree<S> {
     /// A page takes as much of the value as its block holds: a full page
     /// body if it compresses into the block, else the largest chunk found
     /// by asking the store ([`PageStore::would_fit`], which changes
-    /// nothing) for halves and then a binary search, to within 1/64. The
+    /// nothing) for halves and then a binary search, to within 1/128. The
     /// next pages start from the chunk that fitted, as a value's bytes
     /// tend to compress alike. So random bytes fill about a block per page
     /// rather than half of one (halving alone lands anywhere between half
@@ -790,7 +807,7 @@ impl<S: PageStore> Tree<S> {
                         }
                         failed = take;
                     }
-                    while failed - take > (failed / 64).max(CHUNK_BYTES_MIN) {
+                    while failed - take > (failed / 128).max(8) {
                         let mid = take + (failed - take) / 2;
                         if fits(mid, &g, op)? {
                             take = mid;
