@@ -472,9 +472,10 @@ pub(crate) fn check_write(
         let old_pages = overflow_pages(tree, old_len);
         let log =
             estimated + BATCH_IMAGES_MORE * image_bytes(tree) + old_pages * FREED_PAGE_LOG_BYTES;
-        let pages =
-            overflow_pages(tree, value_len) + old_pages + PAGES_PER_OPERATION + BATCH_IMAGES_MORE;
-        (log, pages * cached_page_bytes(tree))
+        let chain_pages = overflow_pages(tree, value_len) + old_pages;
+        let pool = (PAGES_PER_OPERATION + BATCH_IMAGES_MORE) * cached_page_bytes(tree)
+            + chain_pages * chain_page_pool_bytes(tree);
+        (log, pool)
     };
     let (log, pool) = needs(VALUE_BYTES_MAX);
     if log <= limit_log && pool <= limit_pool {
@@ -507,7 +508,7 @@ const FREED_PAGE_LOG_BYTES: usize = 256;
 /// Overflow pages a value of `value_len` bytes may take in `tree`: none if
 /// it is stored inline; else its length over the least payload a page
 /// holds ([`overflow_payload_floor_bytes`]).
-fn overflow_pages(tree: &TreeInner, value_len: usize) -> usize {
+pub(crate) fn overflow_pages(tree: &TreeInner, value_len: usize) -> usize {
     let page = tree.entry.page_size_bytes;
     if value_len <= barracuda_btree::page::value_inline_bytes_max(page) {
         return 0;
@@ -595,19 +596,39 @@ fn block_bytes(tree: &TreeInner) -> usize {
 
 /// Pool bytes `ops` operations of one batch on `tree` may keep pinned until
 /// the batch is logged (three pages per operation, each a frame and a
-/// block, and the upper levels), and the limit: half the pool.
-pub(crate) fn batch_pinned_bytes(tree: &TreeInner, ops: usize) -> (usize, usize) {
+/// block, the upper levels, and `chain_pages` overflow pages of long
+/// values), and the limit: half the pool.
+pub(crate) fn batch_pinned_bytes(
+    tree: &TreeInner,
+    ops: usize,
+    chain_pages: usize,
+) -> (usize, usize) {
     let pages = ops * PAGES_PER_OPERATION + BATCH_IMAGES_MORE;
     (
-        pages * cached_page_bytes(tree),
+        pages * cached_page_bytes(tree) + chain_pages * chain_page_pool_bytes(tree),
         tree.pool().budget_bytes() / 2,
     )
+}
+
+/// Pool bytes one new or freed overflow page keeps until its write is
+/// logged. Its guard is released at once, so a compressed page's frame
+/// can be dropped and only its block stays (dirty), but the pool keeps
+/// frames for at least a tenth of its pages (the unzip LRU's floor): a
+/// block and an eighth of a frame. Uncompressed, as any page.
+fn chain_page_pool_bytes(tree: &TreeInner) -> usize {
+    let page = tree.pool().config().page_size_bytes;
+    let block = block_bytes(tree);
+    if block >= page {
+        cached_page_bytes(tree)
+    } else {
+        block + page / 8
+    }
 }
 
 /// The most operations one batch on `tree` may hold by
 /// [`batch_pinned_bytes`]'s bound.
 pub(crate) fn batch_ops_by_pool(tree: &TreeInner) -> usize {
-    let (_, limit) = batch_pinned_bytes(tree, 0);
+    let (_, limit) = batch_pinned_bytes(tree, 0, 0);
     (limit / cached_page_bytes(tree)).saturating_sub(BATCH_IMAGES_MORE) / PAGES_PER_OPERATION
 }
 

@@ -309,18 +309,33 @@ fn values_up_to_the_limit_are_stored_with_the_default_options() {
 /// then refused every write and reads of the key said "page corrupted".
 #[test]
 fn small_pools_store_or_refuse_each_write_cleanly() {
-    let max = barracuda::btree::VALUE_BYTES_MAX;
+    let trees = [
+        TreeOptions::default(),
+        TreeOptions::default()
+            .compression(Compression::Zstd { level: 3 })
+            .block_size(BlockSize::Kib4),
+        TreeOptions::default().compression(Compression::None),
+    ];
     for (p, pool_bytes) in [1usize << 20, 4 << 20, 16 << 20].into_iter().enumerate() {
+        for (t, tree_options) in trees.iter().enumerate() {
+            pool_writes(pool_bytes, tree_options, (p * 8 + t) as u64);
+        }
+    }
+}
+
+fn pool_writes(pool_bytes: usize, tree_options: &TreeOptions, seed: u64) {
+    let max = barracuda::btree::VALUE_BYTES_MAX;
+    {
         let dir = tempdir();
         let options = Db::options()
             .buffer_pool_bytes(pool_bytes)
             .durability(Durability::NoSync);
-        let mut rng = SmallRng::seed_from_u64(p as u64);
+        let mut rng = SmallRng::seed_from_u64(seed);
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         let (mut stored, mut refused) = (0, 0);
         {
             let db = options.clone().open(dir.path()).unwrap();
-            let tree = db.create_tree("t", TreeOptions::default()).unwrap();
+            let tree = db.create_tree("t", tree_options.clone()).unwrap();
             let lens = [
                 0,
                 100,
@@ -338,14 +353,16 @@ fn small_pools_store_or_refuse_each_write_cleanly() {
             ];
             for (i, &len) in lens.iter().enumerate() {
                 let k = format!("big{}", i % 2).into_bytes();
-                let v = value(&mut rng, len, i.is_multiple_of(3));
+                let v = value(&mut rng, len, (i as u64 + seed).is_multiple_of(2));
                 match tree.put(&k, &v) {
                     Ok(_) => {
                         stored += 1;
                         model.insert(k.clone(), v);
                     }
                     Err(barracuda::Error::WriteTooLarge { .. }) => refused += 1,
-                    Err(e) => panic!("{pool_bytes}-byte pool: put of {len} bytes: {e}"),
+                    Err(e) => {
+                        panic!("{pool_bytes}-byte pool, {tree_options:?}: put of {len} bytes: {e}")
+                    }
                 }
                 assert!(
                     tree.get(&k).unwrap().as_ref() == model.get(&k),
@@ -370,7 +387,7 @@ fn small_pools_store_or_refuse_each_write_cleanly() {
             tree.check().unwrap();
             db.close().unwrap();
         }
-        eprintln!("{pool_bytes}-byte pool: {stored} stored, {refused} refused");
+        eprintln!("{pool_bytes}-byte pool, {tree_options:?}: {stored} stored, {refused} refused");
         assert!(stored > 0);
         let db = options.open(dir.path()).unwrap();
         let tree = db.open_tree("t").unwrap();

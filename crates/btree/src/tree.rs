@@ -766,11 +766,11 @@ impl<S: PageStore> Tree<S> {
     /// body if it compresses into the block, else the largest chunk found
     /// by asking the store ([`PageStore::would_fit`], which changes
     /// nothing) for halves and then a binary search, to within 1/128. The
-    /// next pages start from the chunk that fitted, as a value's bytes
-    /// tend to compress alike. So random bytes fill about a block per page
-    /// rather than half of one (halving alone lands anywhere between half
-    /// and all of the block's room), which halves their pages, log and
-    /// pool use.
+    /// next pages try the chunk that fitted first, as a value's bytes tend
+    /// to compress alike, so the search runs about once per value. Random
+    /// bytes so fill about a block per page rather than half of one
+    /// (halving alone lands anywhere between half and all of the block's
+    /// room), which halves their pages, log and pool use.
     fn write_chain(
         &self,
         op: &mut OpContext,
@@ -788,35 +788,42 @@ impl<S: PageStore> Tree<S> {
             let next = *first;
             let chunk = |take: usize| &value[end - take..end];
             let mut take = hint.min(end);
+            // Most pages fit at the first try (a compressible value at a
+            // full page, the rest of a random one at the chunk that
+            // fitted): one compression, in the commit itself.
+            page::write_overflow(&mut g, chunk(take), next);
+            if self.commit(&mut g, op) {
+                *first = Some(g.page_id());
+                end -= take;
+                continue;
+            }
             if self.config.compressed {
                 let fits = |take: usize, g: &S::Exclusive<'_>, op: &mut OpContext| {
                     let image = page::overflow_image(page_size, chunk(take), next);
                     self.store.would_fit(g, &image, op)
                 };
-                if !fits(take, &g, op)? {
-                    let mut failed = take;
-                    loop {
-                        if take <= CHUNK_BYTES_MIN {
-                            let page_id = g.page_id();
-                            self.store.free(g, op)?;
-                            return Err(Error::CompressionUnfit { page_id });
-                        }
-                        take /= 2;
-                        if fits(take, &g, op)? {
-                            break;
-                        }
-                        failed = take;
+                let mut failed = take;
+                loop {
+                    if take <= CHUNK_BYTES_MIN {
+                        let page_id = g.page_id();
+                        self.store.free(g, op)?;
+                        return Err(Error::CompressionUnfit { page_id });
                     }
-                    while failed - take > (failed / 128).max(8) {
-                        let mid = take + (failed - take) / 2;
-                        if fits(mid, &g, op)? {
-                            take = mid;
-                        } else {
-                            failed = mid;
-                        }
+                    take /= 2;
+                    if fits(take, &g, op)? {
+                        break;
                     }
-                    hint = take;
+                    failed = take;
                 }
+                while failed - take > (failed / 128).max(8) {
+                    let mid = take + (failed - take) / 2;
+                    if fits(mid, &g, op)? {
+                        take = mid;
+                    } else {
+                        failed = mid;
+                    }
+                }
+                hint = take;
             }
             // `would_fit` is conservative, so this commit fits; should a
             // store still refuse it, smaller chunks are tried as before.
