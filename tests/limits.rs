@@ -241,17 +241,30 @@ fn incompressible_overwrites_of_a_default_tree_are_stored() {
     assert!(all == model);
 }
 
-#[test]
-fn random_writes_of_incompressible_values_are_all_stored() {
-    let mut seed = 0;
-    for page_size_bytes in [4 << 10, 16 << 10, 64 << 10] {
-        for options in geometries(page_size_bytes).into_iter().skip(1) {
-            for key_space in [8, 250, 5_000] {
-                seed += 1;
-                random_writes(options.clone(), key_space, 1_500, seed);
-            }
+/// [`random_writes`] in every geometry of `page_size_bytes` with a
+/// compressed codec, over small to large key spaces.
+fn random_writes_in(page_size_bytes: usize) {
+    for (g, options) in geometries(page_size_bytes).into_iter().skip(1).enumerate() {
+        for (s, key_space) in [8, 250, 5_000].into_iter().enumerate() {
+            let seed = (page_size_bytes + g * 8 + s) as u64;
+            random_writes(options.clone(), key_space, 800, seed);
         }
     }
+}
+
+#[test]
+fn random_writes_of_incompressible_values_are_all_stored_4k() {
+    random_writes_in(4 << 10);
+}
+
+#[test]
+fn random_writes_of_incompressible_values_are_all_stored_16k() {
+    random_writes_in(16 << 10);
+}
+
+#[test]
+fn random_writes_of_incompressible_values_are_all_stored_64k() {
+    random_writes_in(64 << 10);
 }
 
 /// The third report: values above about 7.96 MiB were refused as a batch
