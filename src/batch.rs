@@ -6,6 +6,7 @@ use crate::options::Durability;
 use crate::records::RecordCache;
 use crate::tree::{
     BATCH_IMAGES_MORE, Tree, batch_ops_by_pool, batch_pinned_bytes, check_entry, image_bytes,
+    overflow_pages,
 };
 
 /// Batches of fewer operations do not read their leaves ahead: they are
@@ -270,12 +271,15 @@ impl WriteBatch {
         let estimated = op_bytes.iter().sum::<usize>() + groups * group_more;
         // Every page a batch changes stays in its pool, pinned at the
         // pending LSN, until the batch is logged: at most half the pool.
+        // Long values add their overflow pages.
         let mut ops_per_tree = vec![0; self.trees.len()];
+        let mut chain_pages = vec![0; self.trees.len()];
         for op in ops {
             ops_per_tree[op.tree] += 1;
+            chain_pages[op.tree] += overflow_pages(&inners[op.tree], op.value_len.unwrap_or(0));
         }
-        for (inner, &count) in inners.iter().zip(&ops_per_tree) {
-            let (pinned, limit) = batch_pinned_bytes(inner, count);
+        for ((inner, &count), &chain) in inners.iter().zip(&ops_per_tree).zip(&chain_pages) {
+            let (pinned, limit) = batch_pinned_bytes(inner, count, chain);
             if pinned > limit {
                 return Err(Error::BatchTooLarge {
                     estimated_bytes: pinned,

@@ -55,8 +55,9 @@ pub enum Error {
         /// The tree.
         name: String,
     },
-    /// A batch (or a single value) could need more log than one atomic group
-    /// may hold; split it.
+    /// A batch could need more log (or pool) than one atomic write may
+    /// take; split it. (A single put or delete too large is
+    /// [`Error::WriteTooLarge`].)
     #[error(
         "an atomic write of up to {estimated_bytes} log bytes exceeds the limit of {limit_bytes}; split the batch"
     )]
@@ -65,6 +66,28 @@ pub enum Error {
         estimated_bytes: usize,
         /// The most one atomic group may hold.
         limit_bytes: usize,
+    },
+    /// One put or delete could need more of the log or of its tree's buffer
+    /// pool than one write may take: its value's overflow pages, and those
+    /// of the value it replaces or removes, all change in one atomic write,
+    /// which stays in the pool until it is logged. Nothing was changed;
+    /// raise the option named, or store a smaller value.
+    #[error(
+        "a write of a {value_bytes}-byte value (replacing {old_value_bytes} bytes) could need {needed_bytes} bytes of {resource}, more than the {limit_bytes} one write may take; raise {option} or store a smaller value"
+    )]
+    WriteTooLarge {
+        /// The value written (0 for a delete).
+        value_bytes: usize,
+        /// The value it replaces or removes (0 if none).
+        old_value_bytes: usize,
+        /// The write's worst case.
+        needed_bytes: usize,
+        /// What one write may take.
+        limit_bytes: usize,
+        /// "log" or "buffer pool".
+        resource: &'static str,
+        /// The option that sets the limit.
+        option: &'static str,
     },
     /// An earlier write could not be logged; the database accepts no more
     /// writes (reopen it to recover to the last logged state).

@@ -176,13 +176,25 @@ impl Tree {
 
     /// Sets `key` to `value` with the database's durability. Returns whether
     /// the key existed.
+    ///
+    /// Keys hold at most [`barracuda_btree::KEY_BYTES_MAX`] (512) bytes and
+    /// values at most [`barracuda_btree::VALUE_BYTES_MAX`] (8 MiB); longer
+    /// ones are refused with the B+tree's `KeyTooLong` / `ValueTooLong`.
+    /// One put is one atomic write: the overflow pages of a long value, and
+    /// those of the value it replaces, are logged in one group of at most a
+    /// quarter of `Options::log_bytes` (and 16 MiB), and stay in the tree's
+    /// buffer pool until logged, so they may take half of it. Every value up
+    /// to the limit fits with the default options; a put that could need
+    /// more than the options allow is refused up front with
+    /// [`Error::WriteTooLarge`], which names the option to raise, and
+    /// changes nothing.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         self.put_with(key, value, self.db.options.durability)
     }
 
     /// [`Tree::put`] with the given durability.
     pub fn put_with(&self, key: &[u8], value: &[u8], durability: Durability) -> Result<bool> {
-        check_entry(&self.db, &self.slot.load(), key, Some(value))?;
+        check_write(&self.db, &self.slot.load(), key, Some(value))?;
         self.db.write(durability, |writer| {
             let inner = self.slot.load();
             let _epoch = self.slot.forget(key);
@@ -191,14 +203,17 @@ impl Tree {
         })
     }
 
-    /// Removes `key`. Returns whether it existed.
+    /// Removes `key`. Returns whether it existed. Freeing a long value's
+    /// overflow pages is bounded as a [`Tree::put`]'s: a delete that could
+    /// need more log or pool than the options allow is refused with
+    /// [`Error::WriteTooLarge`] and changes nothing.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         self.delete_with(key, self.db.options.durability)
     }
 
     /// [`Tree::delete`] with the given durability.
     pub fn delete_with(&self, key: &[u8], durability: Durability) -> Result<bool> {
-        check_entry(&self.db, &self.slot.load(), key, None)?;
+        check_write(&self.db, &self.slot.load(), key, None)?;
         self.db.write(durability, |writer| {
             let inner = self.slot.load();
             let _epoch = self.slot.forget(key);
@@ -374,7 +389,7 @@ impl Tree {
     /// large transactions can ask instead of guessing. At least 1.
     pub fn batch_ops_max(&self, key_bytes: usize, value_bytes: usize) -> usize {
         let inner = self.slot.load();
-        let per_op = worst_case_log_bytes(&inner, key_bytes + value_bytes);
+        let per_op = worst_case_log_bytes(&inner, key_bytes, value_bytes);
         let group_more = BATCH_IMAGES_MORE * image_bytes(&inner);
         // `WriteBatch::apply` ends a group before the operation that would
         // take it past the group limit: `per_group` operations each.
@@ -414,16 +429,111 @@ pub(crate) fn check_entry(
         }
         .into());
     }
-    let estimated = worst_case_log_bytes(tree, key.len() + value_len);
+    let estimated = worst_case_log_bytes(tree, key.len(), value_len);
     let with_group = estimated + BATCH_IMAGES_MORE * image_bytes(tree);
     let limit = db.group_bytes_max();
     if with_group > limit {
-        return Err(Error::BatchTooLarge {
-            estimated_bytes: with_group,
-            limit_bytes: limit,
-        });
+        return Err(log_too_small(value_len, 0, with_group, limit));
     }
     Ok(estimated)
+}
+
+/// The refusal of a write whose worst case exceeds one log group.
+fn log_too_small(value_bytes: usize, old_value_bytes: usize, needed: usize, limit: usize) -> Error {
+    Error::WriteTooLarge {
+        value_bytes,
+        old_value_bytes,
+        needed_bytes: needed,
+        limit_bytes: limit,
+        resource: "log",
+        option: "Options::log_bytes (one write may take a quarter of it, at most 16 MiB)",
+    }
+}
+
+/// [`check_entry`] for a single put (`value`) or delete (`None`), which
+/// also frees the overflow pages of the value it replaces: that value's
+/// freed pages must fit in the same log group, and every page the write
+/// changes stays in the tree's pool until the write is logged, so they
+/// must fit in half of it (as a batch's). Refused up front with
+/// [`Error::WriteTooLarge`], so that a write too large for the options
+/// changes nothing. The replaced value's length is looked up only when the
+/// largest one would not fit.
+pub(crate) fn check_write(
+    db: &DbInner,
+    tree: &TreeInner,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Result<()> {
+    let estimated = check_entry(db, tree, key, value)?;
+    let value_len = value.map_or(0, <[u8]>::len);
+    let limit_log = db.group_bytes_max();
+    let limit_pool = tree.pool().budget_bytes() / 2;
+    let needs = |old_len: usize| {
+        let old_pages = overflow_pages(tree, old_len);
+        let log =
+            estimated + BATCH_IMAGES_MORE * image_bytes(tree) + old_pages * FREED_PAGE_LOG_BYTES;
+        let chain_pages = overflow_pages(tree, value_len) + old_pages;
+        let pool = (PAGES_PER_OPERATION + BATCH_IMAGES_MORE) * cached_page_bytes(tree)
+            + chain_pages * chain_page_pool_bytes(tree);
+        (log, pool)
+    };
+    let (log, pool) = needs(VALUE_BYTES_MAX);
+    if log <= limit_log && pool <= limit_pool {
+        return Ok(());
+    }
+    let old_len = tree.tree.value_len(key)?.unwrap_or(0);
+    let (log, pool) = needs(old_len);
+    if log > limit_log {
+        return Err(log_too_small(value_len, old_len, log, limit_log));
+    }
+    if pool > limit_pool {
+        return Err(Error::WriteTooLarge {
+            value_bytes: value_len,
+            old_value_bytes: old_len,
+            needed_bytes: pool,
+            limit_bytes: limit_pool,
+            resource: "buffer pool",
+            option: "Options::buffer_pool_bytes (one write may take half of it)",
+        });
+    }
+    Ok(())
+}
+
+/// Log bytes one freed overflow page may add: its zeroed body as a
+/// zero-fill patch (or, if it was never written to the data file, its
+/// image, which is all zeros but a header and compresses to a few bytes),
+/// and the meta page's free-list patch.
+const FREED_PAGE_LOG_BYTES: usize = 256;
+
+/// Overflow pages a value of `value_len` bytes may take in `tree`: none if
+/// it is stored inline; else its length over the least payload a page
+/// holds ([`overflow_payload_floor_bytes`]).
+pub(crate) fn overflow_pages(tree: &TreeInner, value_len: usize) -> usize {
+    let page = tree.entry.page_size_bytes;
+    if value_len <= barracuda_btree::page::value_inline_bytes_max(page) {
+        return 0;
+    }
+    value_len.div_ceil(overflow_payload_floor_bytes(tree))
+}
+
+/// The least value bytes an overflow page of `tree` holds (but the
+/// chain's last): uncompressed, the page body; compressed, what fits the
+/// block's room for its image (the block less its 40-byte header and its
+/// modification-log reserve). The tree fills that room to within 1/128
+/// with bytes that do not compress (the least compressible), which the
+/// codecs store with a few dozen bytes of framing; 15/16 of it leaves that
+/// margin.
+fn overflow_payload_floor_bytes(tree: &TreeInner) -> usize {
+    let page = tree.entry.page_size_bytes;
+    let body = barracuda_btree::page::overflow_payload_bytes_max(page);
+    let block = block_bytes(tree);
+    if block >= page {
+        return body;
+    }
+    let room = block
+        - barracuda_codec::PAGE_HEADER_RESERVED_BYTES
+        - barracuda_codec::log_reserve_bytes(block);
+    body.min(room * 15 / 16)
 }
 
 /// Log bytes one put or delete adds at most to its group: images of the
@@ -431,9 +541,30 @@ pub(crate) fn check_entry(
 /// the parent) plus the entry twice (as patches and inside an image).
 /// [`BATCH_IMAGES_MORE`] more images cover the deeper levels and the store's
 /// meta page once per group.
-pub(crate) fn worst_case_log_bytes(tree: &TreeInner, entry_bytes: usize) -> usize {
-    PAGES_PER_OPERATION * image_bytes(tree) + 2 * entry_bytes + PATCH_OVERHEAD_BYTES
+///
+/// A value in overflow pages is logged once, in those pages: each page as
+/// its block image or as patches of its payload, whichever is larger, so
+/// at most `image / floor` times its payload and patch headers (a page
+/// holds at least the floor, [`overflow_payload_floor_bytes`]), plus one
+/// image for the chain's last, short page.
+pub(crate) fn worst_case_log_bytes(
+    tree: &TreeInner,
+    key_bytes: usize,
+    value_bytes: usize,
+) -> usize {
+    let pages = overflow_pages(tree, value_bytes);
+    let base = PAGES_PER_OPERATION * image_bytes(tree) + PATCH_OVERHEAD_BYTES;
+    if pages == 0 {
+        return base + 2 * (key_bytes + value_bytes);
+    }
+    let payload = value_bytes + pages * CHAIN_PAGE_PATCH_BYTES;
+    let chain = (image_bytes(tree) * payload).div_ceil(overflow_payload_floor_bytes(tree));
+    base + 2 * (key_bytes + barracuda_btree::page::OVERFLOW_REF_BYTES) + chain + image_bytes(tree)
 }
+
+/// Log bytes of an overflow page's patches besides its payload: the
+/// entry's and the patches' headers and the page header.
+const CHAIN_PAGE_PATCH_BYTES: usize = 128;
 
 /// Pages one put or delete may change below the parent level: the leaf, a
 /// sibling, the parent.
@@ -465,19 +596,39 @@ fn block_bytes(tree: &TreeInner) -> usize {
 
 /// Pool bytes `ops` operations of one batch on `tree` may keep pinned until
 /// the batch is logged (three pages per operation, each a frame and a
-/// block, and the upper levels), and the limit: half the pool.
-pub(crate) fn batch_pinned_bytes(tree: &TreeInner, ops: usize) -> (usize, usize) {
+/// block, the upper levels, and `chain_pages` overflow pages of long
+/// values), and the limit: half the pool.
+pub(crate) fn batch_pinned_bytes(
+    tree: &TreeInner,
+    ops: usize,
+    chain_pages: usize,
+) -> (usize, usize) {
     let pages = ops * PAGES_PER_OPERATION + BATCH_IMAGES_MORE;
     (
-        pages * cached_page_bytes(tree),
+        pages * cached_page_bytes(tree) + chain_pages * chain_page_pool_bytes(tree),
         tree.pool().budget_bytes() / 2,
     )
+}
+
+/// Pool bytes one new or freed overflow page keeps until its write is
+/// logged. Its guard is released at once, so a compressed page's frame
+/// can be dropped and only its block stays (dirty), but the pool keeps
+/// frames for at least a tenth of its pages (the unzip LRU's floor): a
+/// block and an eighth of a frame. Uncompressed, as any page.
+fn chain_page_pool_bytes(tree: &TreeInner) -> usize {
+    let page = tree.pool().config().page_size_bytes;
+    let block = block_bytes(tree);
+    if block >= page {
+        cached_page_bytes(tree)
+    } else {
+        block + page / 8
+    }
 }
 
 /// The most operations one batch on `tree` may hold by
 /// [`batch_pinned_bytes`]'s bound.
 pub(crate) fn batch_ops_by_pool(tree: &TreeInner) -> usize {
-    let (_, limit) = batch_pinned_bytes(tree, 0);
+    let (_, limit) = batch_pinned_bytes(tree, 0, 0);
     (limit / cached_page_bytes(tree)).saturating_sub(BATCH_IMAGES_MORE) / PAGES_PER_OPERATION
 }
 

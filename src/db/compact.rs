@@ -190,7 +190,7 @@ impl DbInner {
         let mut stopped = false;
         old.tree
             .scan(Bound::Unbounded, Bound::Unbounded, |key, value| {
-                let bytes = worst_case_log_bytes(new, key.len() + value.len());
+                let bytes = worst_case_log_bytes(new, key.len(), value.len());
                 if !batch.is_empty()
                     && (batch.len() >= limits.ops_max
                         || batch_log_bytes + bytes > limits.log_bytes_max)

@@ -29,7 +29,8 @@
 //! - Keys: at most [`KEY_BYTES_MAX`] bytes ([`Error::KeyTooLong`]).
 //! - Values: at most [`VALUE_BYTES_MAX`] bytes ([`Error::ValueTooLong`]);
 //!   values above [`page::value_inline_bytes_max`] (an eighth of the page)
-//!   live in overflow page chains.
+//!   live in overflow page chains, and so does a shorter value whose record
+//!   does not compress into any block.
 //!
 //! # Invariants ([`Tree::check_invariants`])
 //!

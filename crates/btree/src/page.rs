@@ -50,12 +50,24 @@ pub const PAGE_SIZE_BYTES_MIN: usize = 4 * 1024;
 /// Largest page: 64 KiB, because in-page offsets are 16-bit (the directory
 /// occupies the last bytes, so no record starts at 65536).
 pub const PAGE_SIZE_BYTES_MAX: usize = 64 * 1024;
+/// The largest number a 16-bit page field holds. Every offset into a page
+/// is below the page size, so it fits; a length or an end can reach the
+/// page size itself (65,536 in a 64 KiB page), which does not, so such
+/// quantities are bounded by this instead (see
+/// [`overflow_payload_bytes_max`]).
+pub const PAGE_FIELD_MAX: usize = u16::MAX as usize;
 /// The largest key: a 4 KiB internal page must hold at least 6 separators of
 /// this size (6 * (8 + 512 + 8 + 4) < 4096 - 48), so that splits always leave
 /// two non-empty halves and merges have room.
 pub const KEY_BYTES_MAX: usize = 512;
-/// The largest value: bounded so that one `get` allocates a bounded buffer.
-pub const VALUE_BYTES_MAX: usize = 16 << 20;
+/// The largest value, 8 MiB. One put is one atomic write, logged as one
+/// redo group of at most 16 MiB, and its value's overflow pages are logged
+/// whole: a value that does not compress takes up to about 1.2 times its
+/// bytes of log (each block's reserve and headers), and a replaced value's
+/// chain is freed in the same group. 8 MiB leaves room for both with the
+/// default options; 16 MiB would not fit at all. It also bounds what one
+/// `get` allocates.
+pub const VALUE_BYTES_MAX: usize = 8 << 20;
 /// Bytes a record stores inline for an overflowed value: first page id u64,
 /// total length u64.
 pub const OVERFLOW_REF_BYTES: usize = 16;
@@ -63,6 +75,8 @@ pub const OVERFLOW_REF_BYTES: usize = 16;
 pub const CHILD_BYTES: usize = 8;
 
 const _: () = assert!(PAGE_SIZE_BYTES_MAX.is_power_of_two());
+// Every in-page offset (below the page size) fits a 16-bit field.
+const _: () = assert!(PAGE_SIZE_BYTES_MAX - 1 <= PAGE_FIELD_MAX);
 const _: () = assert!(PAGE_SIZE_BYTES_MIN.is_power_of_two());
 const _: () = assert!(
     6 * (RECORD_HEADER_BYTES + KEY_BYTES_MAX + CHILD_BYTES + SLOT_BYTES)
@@ -73,6 +87,14 @@ const _: () = assert!(
 /// that a leaf record (with a maximal key) is at most about a quarter page.
 pub fn value_inline_bytes_max(page_size_bytes: usize) -> usize {
     page_size_bytes / 8
+}
+
+/// The most payload bytes one overflow page holds: the page after its
+/// header, but no more than keeps the heap top (header + payload, a 16-bit
+/// field) at most [`PAGE_FIELD_MAX`]: a 64 KiB page holds one byte less
+/// than its body, since a heap top of 65,536 would wrap to 0.
+pub fn overflow_payload_bytes_max(page_size_bytes: usize) -> usize {
+    page_size_bytes.min(PAGE_FIELD_MAX) - PAGE_HEADER_BYTES
 }
 
 /// Validates a page size.
@@ -647,9 +669,9 @@ impl RecRef<'_> {
     }
 
     fn encode_into(&self, out: &mut [u8], next: usize, key: &[u8]) {
-        out[0..2].copy_from_slice(&(next as u16).to_le_bytes());
-        out[2..4].copy_from_slice(&(key.len() as u16).to_le_bytes());
-        out[4..6].copy_from_slice(&(self.value.len() as u16).to_le_bytes());
+        out[0..2].copy_from_slice(&field16(next).to_le_bytes());
+        out[2..4].copy_from_slice(&field16(key.len()).to_le_bytes());
+        out[4..6].copy_from_slice(&field16(self.value.len()).to_le_bytes());
         out[6] = self.flags;
         out[7] = 0;
         let k_end = RECORD_HEADER_BYTES + key.len();
@@ -806,8 +828,8 @@ pub(crate) fn build_image(
         .collect();
     for (s, (off, count)) in groups.iter().enumerate() {
         let at = size - SLOT_BYTES * (s + 1);
-        img[at..at + 2].copy_from_slice(&(*off as u16).to_le_bytes());
-        img[at + 2..at + 4].copy_from_slice(&(*count as u16).to_le_bytes());
+        img[at..at + 2].copy_from_slice(&field16(*off).to_le_bytes());
+        img[at + 2..at + 4].copy_from_slice(&field16(*count).to_le_bytes());
     }
     img[H_TYPE] = layout.page_type as u8;
     img[H_LEVEL] = layout.level;
@@ -844,11 +866,21 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
 }
 
 fn put16(img: &mut [u8], off: usize, v: usize) {
-    img[off..off + 2].copy_from_slice(&(v as u16).to_le_bytes());
+    img[off..off + 2].copy_from_slice(&field16(v).to_le_bytes());
 }
 
 fn write16<G: PageWrite>(g: &mut G, off: usize, v: usize) {
-    g.write(off, &(v as u16).to_le_bytes());
+    g.write(off, &field16(v).to_le_bytes());
+}
+
+/// `v` as a 16-bit page field. Every caller stores an offset, a count or a
+/// length that the page layout bounds by [`PAGE_FIELD_MAX`]; a larger one
+/// is a bug (it would wrap silently and lose data), so it panics.
+pub(crate) fn field16(v: usize) -> u16 {
+    match u16::try_from(v) {
+        Ok(v) => v,
+        Err(_) => panic!("in-page quantity {v} does not fit its 16-bit field"),
+    }
 }
 
 /// The current layout of a page (to rebuild it with the same header).
@@ -1037,8 +1069,8 @@ fn write_slots<G: PageWrite>(g: &mut G, s: usize, new: &[(usize, usize)], old_co
             let tail = (s + old_count..s + old_count + shifted).map(|i| slot(g, i));
             for (k, (off, count)) in new.iter().copied().chain(tail).enumerate() {
                 let at = size - SLOT_BYTES * (s + k + 1) - low;
-                buf[at..at + 2].copy_from_slice(&(off as u16).to_le_bytes());
-                buf[at + 2..at + 4].copy_from_slice(&(count as u16).to_le_bytes());
+                buf[at..at + 2].copy_from_slice(&field16(off).to_le_bytes());
+                buf[at + 2..at + 4].copy_from_slice(&field16(count).to_le_bytes());
             }
             g.write(low, buf);
         });
@@ -1110,21 +1142,53 @@ pub fn overwrite_value<G: PageWrite>(g: &mut G, off: usize, flags: u8, value: &[
     g.write(off + RECORD_HEADER_BYTES + klen, value);
 }
 
-/// Initializes an overflow page with `payload` and a next link.
+/// Initializes an overflow page with `payload` (at most
+/// [`overflow_payload_bytes_max`] bytes) and a next link.
 pub fn write_overflow<G: PageWrite>(g: &mut G, payload: &[u8], next: Option<PageId>) {
-    let mut head = [0u8; PAGE_HEADER_BYTES];
-    head[H_TYPE] = PageType::Overflow as u8;
-    head[H_HEAP_TOP..H_HEAP_TOP + 2]
-        .copy_from_slice(&((PAGE_HEADER_BYTES + payload.len()) as u16).to_le_bytes());
-    head[H_LEFT..H_LEFT + 8].copy_from_slice(&NO_PAGE.to_le_bytes());
-    head[H_RIGHT..H_RIGHT + 8].copy_from_slice(&raw_link(next).to_le_bytes());
+    let head = overflow_header(g.len(), payload, next);
     g.write(CODEC_RESERVED_BYTES, &head[CODEC_RESERVED_BYTES..]);
     g.write(PAGE_HEADER_BYTES, payload);
 }
 
+/// The image [`write_overflow`] gives a zeroed page of `page_size_bytes`
+/// (the codec's reserved bytes zero).
+pub fn overflow_image(page_size_bytes: usize, payload: &[u8], next: Option<PageId>) -> Vec<u8> {
+    let mut image = vec![0u8; page_size_bytes];
+    let head = overflow_header(page_size_bytes, payload, next);
+    image[CODEC_RESERVED_BYTES..PAGE_HEADER_BYTES].copy_from_slice(&head[CODEC_RESERVED_BYTES..]);
+    image[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + payload.len()].copy_from_slice(payload);
+    image
+}
+
+fn overflow_header(
+    page_size_bytes: usize,
+    payload: &[u8],
+    next: Option<PageId>,
+) -> [u8; PAGE_HEADER_BYTES] {
+    assert!(
+        payload.len() <= overflow_payload_bytes_max(page_size_bytes),
+        "overflow payload of {} bytes exceeds its page",
+        payload.len()
+    );
+    let mut head = [0u8; PAGE_HEADER_BYTES];
+    head[H_TYPE] = PageType::Overflow as u8;
+    head[H_HEAP_TOP..H_HEAP_TOP + 2]
+        .copy_from_slice(&field16(PAGE_HEADER_BYTES + payload.len()).to_le_bytes());
+    head[H_LEFT..H_LEFT + 8].copy_from_slice(&NO_PAGE.to_le_bytes());
+    head[H_RIGHT..H_RIGHT + 8].copy_from_slice(&raw_link(next).to_le_bytes());
+    head
+}
+
 /// Payload of an overflow page.
 pub fn overflow_payload(p: &[u8]) -> &[u8] {
-    let end = heap_top(p).clamp(PAGE_HEADER_BYTES, p.len());
+    let end = match heap_top(p) {
+        // Files written before payloads were bounded by
+        // `overflow_payload_bytes_max` hold full 64 KiB overflow pages whose
+        // heap top wrapped from 65,536 to 0; no overflow page ends at 0
+        // otherwise (its header comes first), so 0 means the page end.
+        0 if p.len() > PAGE_FIELD_MAX => p.len(),
+        top => top.clamp(PAGE_HEADER_BYTES, p.len()),
+    };
     &p[PAGE_HEADER_BYTES..end]
 }
 

@@ -102,14 +102,14 @@ pub fn encode(
         match held {
             Some(off) => {
                 out.push(TAG_AT);
-                out.extend_from_slice(&(off as u16).to_le_bytes());
+                out.extend_from_slice(&crate::page::field16(off).to_le_bytes());
             }
             None => {
                 out.push(TAG_INLINE);
                 out.extend_from_slice(&u16_or_none(rec.old_offset).to_le_bytes());
                 out.push(rec.flags);
-                out.extend_from_slice(&(rec.key.len() as u16).to_le_bytes());
-                out.extend_from_slice(&(rec.value.len() as u16).to_le_bytes());
+                out.extend_from_slice(&crate::page::field16(rec.key.len()).to_le_bytes());
+                out.extend_from_slice(&crate::page::field16(rec.value.len()).to_le_bytes());
                 out.extend_from_slice(&rec.key);
                 out.extend_from_slice(&rec.value);
             }
@@ -204,8 +204,8 @@ pub fn build(old: &[u8], recipe: &[u8]) -> Result<Vec<u8>, &'static str> {
 pub fn encode_insert(rec: RecRef<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(5 + rec.key.len() + rec.value.len());
     out.push(rec.flags);
-    out.extend_from_slice(&(rec.key.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(rec.value.len() as u16).to_le_bytes());
+    out.extend_from_slice(&crate::page::field16(rec.key.len()).to_le_bytes());
+    out.extend_from_slice(&crate::page::field16(rec.value.len()).to_le_bytes());
     out.extend_from_slice(rec.key);
     out.extend_from_slice(rec.value);
     out
@@ -250,7 +250,7 @@ pub fn redo_insert(old: &[u8], body: &[u8]) -> Result<Vec<Patch>, &'static str> 
 pub fn encode_delete(key: &[u8], flags: u16) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + key.len());
     out.extend_from_slice(&flags.to_le_bytes());
-    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&crate::page::field16(key.len()).to_le_bytes());
     out.extend_from_slice(key);
     out
 }

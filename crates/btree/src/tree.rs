@@ -672,6 +672,23 @@ impl<S: PageStore> Tree<S> {
         Ok(true)
     }
 
+    /// The length of `key`'s value, if present, without reading it: an
+    /// overflowed value's length is in its record. A caller sizing a
+    /// write that replaces or removes the value asks this first.
+    pub fn value_len(&self, key: &[u8]) -> Result<Option<usize>> {
+        check_key(key)?;
+        let (leaf, span) = self.leaf_shared_point(key)?;
+        let pr = page::probe_in(&leaf, key, span.as_ref());
+        if pr.found == 0 {
+            return Ok(None);
+        }
+        let stored = page::rec_value(&leaf, pr.found);
+        if page::rec_flags(&leaf, pr.found) & REC_OVERFLOW == 0 {
+            return Ok(Some(stored.len()));
+        }
+        Ok(Some(decode_overflow_ref(stored).1))
+    }
+
     /// Reads the value of the record at `off`, following an overflow chain
     /// (while the caller keeps the leaf latched, so the chain cannot be freed).
     pub(crate) fn load_value(&self, p: &[u8], off: usize) -> Result<Vec<u8>> {
@@ -714,12 +731,16 @@ impl<S: PageStore> Tree<S> {
 
     // ---------------------------------------------------------------- values
 
+    /// The record value to store for `value`: itself if it is short enough
+    /// to be inline and `inline` allows it, else a reference to a new
+    /// overflow chain holding it.
     fn encode_value<'v>(
         &self,
         op: &mut OpContext,
         value: &'v [u8],
+        inline: bool,
     ) -> Result<(u8, std::borrow::Cow<'v, [u8]>)> {
-        if value.len() <= page::value_inline_bytes_max(self.page_size()) {
+        if inline && value.len() <= page::value_inline_bytes_max(self.page_size()) {
             return Ok((0, std::borrow::Cow::Borrowed(value)));
         }
         let mut first = None;
@@ -739,23 +760,75 @@ impl<S: PageStore> Tree<S> {
 
     /// Writes `value` into a new overflow chain, from its end, so that each
     /// page is written once, its next link already known; `first` is the
-    /// chain written so far. Each page is new, so a commit that does not fit
-    /// changed nothing and is retried with a smaller chunk.
+    /// chain written so far.
+    ///
+    /// A page takes as much of the value as its block holds: a full page
+    /// body if it compresses into the block, else the largest chunk found
+    /// by asking the store ([`PageStore::would_fit`], which changes
+    /// nothing) for halves and then a binary search, to within 1/128. The
+    /// next pages try the chunk that fitted first, as a value's bytes tend
+    /// to compress alike, so the search runs about once per value. Random
+    /// bytes so fill about a block per page rather than half of one
+    /// (halving alone lands anywhere between half and all of the block's
+    /// room), which halves their pages, log and pool use.
     fn write_chain(
         &self,
         op: &mut OpContext,
         value: &[u8],
         first: &mut Option<PageId>,
     ) -> Result<()> {
-        let chunk_max = self.page_size() - page::PAGE_HEADER_BYTES;
+        let page_size = self.page_size();
+        let chunk_max = page::overflow_payload_bytes_max(page_size);
         // Smallest chunk tried when a page will not compress into its block.
         const CHUNK_BYTES_MIN: usize = 64;
+        let mut hint = chunk_max;
         let mut end = value.len();
         while end > 0 {
             let mut g = self.store.allocate(op)?;
-            let mut take = chunk_max.min(end);
+            let next = *first;
+            let chunk = |take: usize| &value[end - take..end];
+            let mut take = hint.min(end);
+            // Most pages fit at the first try (a compressible value at a
+            // full page, the rest of a random one at the chunk that
+            // fitted): one compression, in the commit itself.
+            page::write_overflow(&mut g, chunk(take), next);
+            if self.commit(&mut g, op) {
+                *first = Some(g.page_id());
+                end -= take;
+                continue;
+            }
+            if self.config.compressed {
+                let fits = |take: usize, g: &S::Exclusive<'_>, op: &mut OpContext| {
+                    let image = page::overflow_image(page_size, chunk(take), next);
+                    self.store.would_fit(g, &image, op)
+                };
+                let mut failed = take;
+                loop {
+                    if take <= CHUNK_BYTES_MIN {
+                        let page_id = g.page_id();
+                        self.store.free(g, op)?;
+                        return Err(Error::CompressionUnfit { page_id });
+                    }
+                    take /= 2;
+                    if fits(take, &g, op)? {
+                        break;
+                    }
+                    failed = take;
+                }
+                while failed - take > (failed / 128).max(8) {
+                    let mid = take + (failed - take) / 2;
+                    if fits(mid, &g, op)? {
+                        take = mid;
+                    } else {
+                        failed = mid;
+                    }
+                }
+                hint = take;
+            }
+            // `would_fit` is conservative, so this commit fits; should a
+            // store still refuse it, smaller chunks are tried as before.
             loop {
-                page::write_overflow(&mut g, &value[end - take..end], *first);
+                page::write_overflow(&mut g, chunk(take), next);
                 if self.commit(&mut g, op) {
                     break;
                 }
@@ -765,6 +838,7 @@ impl<S: PageStore> Tree<S> {
                     return Err(Error::CompressionUnfit { page_id });
                 }
                 take /= 2;
+                hint = take;
             }
             *first = Some(g.page_id());
             end -= take;
@@ -882,7 +956,31 @@ impl<S: PageStore> Tree<S> {
     pub fn insert_in(&self, op: &mut OpContext, key: &[u8], value: &[u8]) -> Result<bool> {
         check_key(key)?;
         check_value(value)?;
-        let (flags, stored) = self.encode_value(op, value)?;
+        match self.insert_encoded(op, key, value, true) {
+            // A record whose value does not compress may not fit a block
+            // even alone (a value of up to an eighth of the page, in a block
+            // of less than that), nor with any neighbours: with its value in
+            // overflow pages, which hold any bytes, the record keeps only
+            // the key and a reference. The failed try changed no contents.
+            Err(Error::CompressionUnfit { .. })
+                if self.config.compressed && value.len() > page::OVERFLOW_REF_BYTES =>
+            {
+                self.insert_encoded(op, key, value, false)
+            }
+            result => result,
+        }
+    }
+
+    /// [`Tree::insert_in`] of a checked key and value, inline if `inline`
+    /// allows it ([`Tree::encode_value`]).
+    fn insert_encoded(
+        &self,
+        op: &mut OpContext,
+        key: &[u8],
+        value: &[u8],
+        inline: bool,
+    ) -> Result<bool> {
+        let (flags, stored) = self.encode_value(op, value, inline)?;
         let rec = page::RecRef {
             key,
             flags,
@@ -1196,6 +1294,22 @@ impl<S: PageStore> Tree<S> {
         // A separator an ancestor owes a right sibling that gave records.
         let mut rebound: Option<Rebound> = None;
         loop {
+            if self.stage_compacted(&path[j], &job, change, op)? {
+                // No split at this level, so no separators for the parent;
+                // only a separator owed higher up is left to stage.
+                let Some(rb) = &rebound else {
+                    return Ok(Some(kinds));
+                };
+                j = rb.at;
+                match self.stage_edits(&path[j], &[], rebound.as_ref(), change, op)? {
+                    Edited::Staged => return Ok(Some(kinds)),
+                    Edited::Split(next) => {
+                        rebound = None;
+                        job = next;
+                        continue;
+                    }
+                }
+            }
             if job.recs.len() < 2 {
                 return Ok(None);
             }
@@ -1242,6 +1356,37 @@ impl<S: PageStore> Tree<S> {
                 }
             }
         }
+    }
+
+    /// Stages `g` rebuilt from the job's records if the job is a page that
+    /// did not fit its block (`SplitKind::CompressionFailure`) and the
+    /// rebuilt image does: true if it did. A page's heap keeps the bytes of
+    /// removed and replaced records until it is compacted, and those bytes
+    /// are compressed with it; random values replaced in place fill a page
+    /// with such garbage until the page no longer compresses into its block
+    /// although its live records would. Rebuilding drops the garbage, as
+    /// InnoDB reorganizes a page before it splits it; a page of one record
+    /// has no other way to fit.
+    fn stage_compacted<'a>(
+        &'a self,
+        g: &S::Exclusive<'a>,
+        job: &Overfull,
+        change: &mut Change<'a, S>,
+        op: &mut OpContext,
+    ) -> Result<bool> {
+        if job.cause != Some(SplitKind::CompressionFailure)
+            || job.recs.is_empty()
+            || page::image_bytes(&job.recs) > self.limit_bytes()
+        {
+            return Ok(false);
+        }
+        let layout = self.part_layout(g, &job.recs, job.new_idx);
+        let image = Scratch::rebuilt(g, &layout, &job.recs, page::HeapOrder::Kept);
+        if !self.would_fit(g, &image, op)? {
+            return Ok(false);
+        }
+        change.stage(image);
+        Ok(true)
     }
 
     /// Stages `seps` (and the rebound `owed`, if any) into `g` in place;
