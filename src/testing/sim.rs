@@ -750,7 +750,11 @@ impl Sim {
             Ok(_) => Outcome::Done {
                 durable: durable && changed,
             },
-            Err(Error::BatchTooLarge { .. } | Error::GroupTooLarge { .. }) => Outcome::Refused,
+            Err(
+                Error::BatchTooLarge { .. }
+                | Error::GroupTooLarge { .. }
+                | Error::WriteTooLarge { .. },
+            ) => Outcome::Refused,
             Err(_) if faulty => Outcome::Uncertain,
             Err(e) => return Err(format!("operation failed: {e}")),
         };
@@ -848,7 +852,7 @@ impl Sim {
                 Ok(()) => {}
                 // Refused alone; the writer stays usable. (A part the
                 // writer cut itself refused as too large is a failure.)
-                Err(e @ Error::GroupTooLarge { .. }) => {
+                Err(e @ (Error::GroupTooLarge { .. } | Error::WriteTooLarge { .. })) => {
                     if self.trace {
                         eprintln!("    refused: {e}");
                     }
