@@ -148,6 +148,12 @@ impl Catalog {
         Ok(Some(catalog))
     }
 
+    /// Whether no tree was ever created in the database: no tree, none
+    /// pending, and not rewritten since it was first written.
+    pub(crate) fn never_held_a_tree(&self) -> bool {
+        self.trees.is_empty() && self.pending.is_empty() && self.generation <= 1
+    }
+
     /// The CRC32C of the catalog's encoding with its checksum zero.
     fn compute_checksum(&mut self, dir: &Path) -> Result<u32> {
         let stored = std::mem::take(&mut self.checksum);

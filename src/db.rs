@@ -474,11 +474,24 @@ impl Db {
         let stamps = if create_log {
             None
         } else {
-            match Wal::peek_checkpoint(log_dir.as_ref())? {
-                Some(checkpoint) => {
+            match Wal::peek_checkpoint(log_dir.as_ref()) {
+                Ok(Some(checkpoint)) => {
                     FileStamps::decode(&checkpoint.payload)?.map(|stamps| (checkpoint.lsn, stamps))
                 }
-                None => unreachable!("a log that is not new has a control file that is not empty"),
+                Ok(None) => {
+                    unreachable!("a log that is not new has a control file that is not empty")
+                }
+                // The creation of a database cut short before the log's
+                // first checkpoint was synced: no tree was ever created, so
+                // there is nothing to lose, and the log is created anew.
+                Err(Error::CheckpointCorrupted { .. })
+                    if catalog.never_held_a_tree() && !read_only =>
+                {
+                    tracing::warn!("the log's creation was cut short; creating it again");
+                    Wal::forget_unfinished_creation(log_dir.as_ref())?;
+                    None
+                }
+                Err(e) => return Err(e),
             }
         };
         if let Some((_, stamps)) = &stamps {

@@ -117,3 +117,16 @@ fn simulated_crashes_with_values_of_several_pages() {
         config.large_values = true
     });
 }
+
+/// Seeds that found bugs, kept as they are. 1000072 and 1000109: an
+/// injected error on the first write of `wal.log` cut the database's
+/// creation short, and every later open refused the log as damaged.
+#[test]
+fn seeds_that_found_bugs() {
+    let base = base_dir();
+    for seed in [1_000_072, 1_000_109] {
+        if let Err(failure) = run_seed_with(base.path(), seed, EPOCHS_PER_SEED, |_| {}) {
+            panic!("{failure}");
+        }
+    }
+}

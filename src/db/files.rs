@@ -133,8 +133,7 @@ impl Inventory {
     /// new directory (no tree was ever created). Otherwise a missing or
     /// empty `wal.log` is refused.
     pub(crate) fn check_log(&self, dir: &Path, catalog: &Catalog) -> Result<bool> {
-        let fresh = catalog.trees.is_empty() && catalog.pending.is_empty();
-        let fresh = fresh && catalog.generation <= 1;
+        let fresh = catalog.never_held_a_tree();
         match self.control_bytes {
             Some(bytes) if bytes > 0 => Ok(false),
             _ if fresh => Ok(true),

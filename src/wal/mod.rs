@@ -334,6 +334,18 @@ impl Wal {
         read_checkpoint(control.as_ref(), sector_bytes)
     }
 
+    /// Empties the control file of a log whose creation was cut short
+    /// before its first checkpoint was synced (no slot holds a checkpoint),
+    /// so that the next [`Wal::open`] creates the log again. The caller
+    /// knows the database never held data: any other log without a
+    /// checkpoint is damage, and [`Wal::open`] refuses it.
+    pub fn forget_unfinished_creation(dir: &dyn LogDir) -> Result<()> {
+        let control = dir.control()?;
+        control.set_len(0)?;
+        control.sync_data()?;
+        Ok(())
+    }
+
     fn round_up(&self, lsn: u64) -> u64 {
         lsn.next_multiple_of(self.sector_bytes)
     }
