@@ -483,8 +483,9 @@ impl Db {
                 }
                 // The creation of a database cut short before the log's
                 // first checkpoint was synced: no tree was ever created, so
-                // there is nothing to lose, and the log is created anew.
-                Err(Error::CheckpointCorrupted { .. })
+                // there is nothing to lose, and the log is created anew. The
+                // control file may also be shorter than its slots.
+                Err(Error::CheckpointCorrupted { .. } | Error::Io(_))
                     if catalog.never_held_a_tree() && !read_only =>
                 {
                     tracing::warn!("the log's creation was cut short; creating it again");

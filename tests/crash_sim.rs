@@ -120,11 +120,12 @@ fn simulated_crashes_with_values_of_several_pages() {
 
 /// Seeds that found bugs, kept as they are. 1000072 and 1000109: an
 /// injected error on the first write of `wal.log` cut the database's
-/// creation short, and every later open refused the log as damaged.
+/// creation short, and every later open refused the log as damaged;
+/// 3004345: the same with `wal.log` cut shorter than its slots.
 #[test]
 fn seeds_that_found_bugs() {
     let base = base_dir();
-    for seed in [1_000_072, 1_000_109] {
+    for seed in [1_000_072, 1_000_109, 3_004_345] {
         if let Err(failure) = run_seed_with(base.path(), seed, EPOCHS_PER_SEED, |_| {}) {
             panic!("{failure}");
         }
