@@ -68,10 +68,10 @@ use std::time::{Duration, Instant};
 
 use barracuda_btree::{LsnMode, OpContext, PageStore, PoolStore, Tree as BTree, TreeConfig};
 use barracuda_codec::{Geometry, Lsn, PageId};
-use barracuda_io::{BlockFile, DirLock, FaultFile, IoOptions};
+use barracuda_io::{BlockFile, DirLock, FaultFile, IoOptions, IoThreads};
 use barracuda_pool::{
-    BufferPool, CodecService, CommitOutcome, DurableLsn, FileService, FlusherHandle, PageFormat,
-    PageIdHasher, PoolConfig, Services,
+    BufferPool, CleanerRegistration, CodecService, CommitOutcome, DurableLsn, FileService,
+    PageCleaner, PageFormat, PageIdHasher, PoolConfig, Services,
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 
@@ -114,7 +114,7 @@ const IDLE_CHECKPOINT_SHARE: u64 = 32;
 /// file layer's default ring depth.
 const QUEUE_DEPTH: usize = 32;
 
-/// How often each pool's page cleaner writes dirty pages, and how many.
+/// How often the page cleaner writes dirty pages, and how many per tree.
 const PAGE_CLEANER_INTERVAL: Duration = Duration::from_millis(100);
 const PAGE_CLEANER_BATCH_PAGES: usize = 256;
 
@@ -158,7 +158,7 @@ pub(crate) struct TreeInner {
     pub(crate) entry: TreeEntry,
     pub(crate) tree: BTree<PoolStore>,
     pub(crate) file: Arc<dyn BlockFile>,
-    cleaner: Mutex<Option<FlusherHandle>>,
+    cleaner: Mutex<Option<CleanerRegistration>>,
 }
 
 impl TreeInner {
@@ -320,6 +320,8 @@ pub(crate) struct DbInner {
     dir: PathBuf,
     pub(crate) options: Options,
     io_options: IoOptions,
+    /// Writes every tree's dirty pages in the background, on one thread.
+    cleaner: PageCleaner,
     wal: Arc<Wal>,
     durable: Arc<WalDurable>,
     trees: RwLock<Vec<Arc<TreeSlot>>>,
@@ -471,6 +473,11 @@ impl Db {
             .buffer_count(1)
             .buffer_size_bytes(4096);
         let log_dir = Arc::new(FsLogDir::new(dir, log_options, wrap));
+        // Every tree's files share one set of I/O threads and registered
+        // buffers: a tree costs its descriptors, not a thread pool.
+        let io_options = io_options
+            .clone()
+            .threads(IoThreads::start(dir, &io_options)?);
         let stamps = if create_log {
             None
         } else {
@@ -543,6 +550,7 @@ impl Db {
             dir: dir.to_path_buf(),
             options,
             io_options,
+            cleaner: PageCleaner::start(PAGE_CLEANER_INTERVAL, PAGE_CLEANER_BATCH_PAGES),
             wal,
             durable,
             trees: RwLock::new(Vec::new()),
@@ -874,24 +882,13 @@ fn open_pool(
     if !options.device_latency.is_zero() {
         file = Arc::new(FaultFile::with_latency(file, options.device_latency));
     }
-    // One sequential write and one sync per batch of pages: pwrite on the
-    // writing thread does it, without the rings, threads and buffers of an
-    // io_uring file (megabytes of resident memory per tree for a file
-    // written in bursts). The area's writes use their own buffer.
+    // One sequential write and one sync per batch of pages, on the
+    // writing thread (`write_vectored_at`), and reads at open; on the
+    // database's shared I/O threads it costs no thread of its own.
     let doublewrite_path = dir.join(entry.doublewrite_file_name());
-    // Its calls are all synchronous (the area is written with one
-    // `write_vectored_at` per batch and read at open): one idle worker of
-    // each kind instead of eight, six threads fewer per tree.
-    let doublewrite_options = io_options
-        .clone()
-        .backend(barracuda_io::Backend::Pread)
-        .read_io_threads(1)
-        .write_io_threads(1)
-        .buffer_count(1)
-        .buffer_size_bytes(4096);
     let doublewrite = options.wrap(
         &doublewrite_path,
-        barracuda_io::open(&doublewrite_path, &doublewrite_options)?,
+        barracuda_io::open(&doublewrite_path, io_options)?,
     );
     if file.len()? == 0 {
         // A new tree, or one no checkpoint has synced yet, whose every page
@@ -1161,7 +1158,7 @@ impl DbInner {
     ) -> Result<Arc<TreeInner>> {
         if meta_known {
             let config = self.tree_config(&entry);
-            let cleaner = pool.spawn_flusher(PAGE_CLEANER_INTERVAL, PAGE_CLEANER_BATCH_PAGES);
+            let cleaner = self.cleaner.register(&pool);
             let store = Arc::new(PoolStore::open(pool, LsnMode::Logged)?);
             let tree = BTree::open(store, ROOT_PAGE_ID, config);
             let inner = Arc::new(TreeInner {
@@ -1198,7 +1195,7 @@ impl DbInner {
         file: Arc<dyn BlockFile>,
     ) -> Result<Arc<TreeInner>> {
         let config = self.tree_config(&entry);
-        let cleaner = pool.spawn_flusher(PAGE_CLEANER_INTERVAL, PAGE_CLEANER_BATCH_PAGES);
+        let cleaner = self.cleaner.register(&pool);
         let id = entry.id;
         let mut op = OpContext::new();
         let store = Arc::new(PoolStore::format(pool, LsnMode::Logged, &mut op)?);

@@ -307,8 +307,9 @@ impl Options {
         self
     }
 
-    /// Threads (each with its own io_uring) for read-ahead, 1..=64.
-    /// Default = 4. Ordinary page reads are submitted by the reading thread.
+    /// Threads (each with its own io_uring) for read-ahead, 1..=64, shared
+    /// by every tree of the database. Default = 4. Ordinary page reads are
+    /// submitted by the reading thread.
     #[must_use]
     pub fn read_io_threads(mut self, count: usize) -> Self {
         self.read_io_threads = count;
@@ -325,7 +326,8 @@ impl Options {
         self
     }
 
-    /// Threads for page writes, 1..=64. Default = 4.
+    /// Threads for page writes, 1..=64, shared by every tree of the
+    /// database. Default = 4.
     #[must_use]
     pub fn write_io_threads(mut self, count: usize) -> Self {
         self.write_io_threads = count;

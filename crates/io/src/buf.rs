@@ -302,6 +302,16 @@ impl BufPool {
         })
     }
 
+    /// Takes a free buffer as [`BufPool::take`] does, if the pool's
+    /// buffers are aligned to at least `align_bytes` (a pool shared by
+    /// files of different devices may not suit every one).
+    pub fn take_aligned(&self, len_bytes: usize, align_bytes: usize) -> Option<AlignedBuf> {
+        if self.shared.layout.align() < align_bytes {
+            return None;
+        }
+        self.take(len_bytes)
+    }
+
     /// How many buffers are free now.
     pub fn free_count(&self) -> usize {
         self.shared.free.lock().len()

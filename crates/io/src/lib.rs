@@ -52,6 +52,7 @@ mod options;
 mod pread;
 mod read_only;
 mod sys;
+mod threads;
 mod uring;
 
 use std::fmt::Debug;
@@ -70,6 +71,7 @@ pub use options::{
 };
 pub use pread::PreadFile;
 pub use read_only::ReadOnlyFile;
+pub use threads::IoThreads;
 pub use uring::UringFile;
 
 /// A file read and written at offsets, shared by many threads
@@ -254,7 +256,31 @@ fn shared_zeros(mem_bytes: usize) -> Option<&'static [u8]> {
 /// it cannot be set up (the reason is logged at `warn`).
 pub fn open(path: &Path, options: &IoOptions) -> Result<Arc<dyn BlockFile>, IoError> {
     options.validate()?;
-    let use_uring = match options.backend {
+    if let Some(threads) = &options.threads {
+        let opened = sys::open_file(path, options)?;
+        return Ok(match (threads.uring(), threads.pread()) {
+            (Some(workers), _) => Arc::new(UringFile::from_opened(opened, workers, options)),
+            (None, Some(workers)) => Arc::new(PreadFile::from_opened(opened, workers)),
+            (None, None) => unreachable!("a set of threads runs one backend"),
+        });
+    }
+    let use_uring = choose_uring(path, options)?;
+    let opened = sys::open_file(path, options)?;
+    let align_bytes = opened.alignment.mem_bytes;
+    if use_uring {
+        let workers = Arc::new(uring::UringWorkers::start(path, options, align_bytes)?);
+        Ok(Arc::new(UringFile::from_opened(opened, workers, options)))
+    } else {
+        let workers = Arc::new(pread::PreadWorkers::start(path, options, align_bytes)?);
+        Ok(Arc::new(PreadFile::from_opened(opened, workers)))
+    }
+}
+
+/// Whether `options` get io_uring: `Backend::Auto` probes it and falls back
+/// to pread/pwrite (logged at `warn`); `Backend::Uring` fails if it cannot
+/// be set up.
+pub(crate) fn choose_uring(path: &Path, options: &IoOptions) -> Result<bool, IoError> {
+    Ok(match options.backend {
         Backend::Pread => false,
         Backend::Uring => {
             let probed = uring::probe(options);
@@ -270,13 +296,7 @@ pub fn open(path: &Path, options: &IoOptions) -> Result<Arc<dyn BlockFile>, IoEr
                 false
             }
         },
-    };
-    let opened = sys::open_file(path, options)?;
-    if use_uring {
-        Ok(Arc::new(UringFile::from_opened(opened, options)?))
-    } else {
-        Ok(Arc::new(PreadFile::from_opened(opened, options)?))
-    }
+    })
 }
 
 /// Runs a batch one request at a time on the calling thread.

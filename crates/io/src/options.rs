@@ -68,6 +68,7 @@ pub struct IoOptions {
     pub(crate) buffer_count: usize,
     pub(crate) buffer_size_bytes: usize,
     pub(crate) create: bool,
+    pub(crate) threads: Option<crate::IoThreads>,
 }
 
 impl Default for IoOptions {
@@ -83,6 +84,7 @@ impl Default for IoOptions {
             buffer_count: 64,
             buffer_size_bytes: /* 64 KiB, the largest page */ 64 << 10,
             create: true,
+            threads: None,
         }
     }
 }
@@ -162,6 +164,16 @@ impl IoOptions {
     #[must_use]
     pub fn create(mut self, enabled: bool) -> Self {
         self.create = enabled;
+        self
+    }
+
+    /// Serve the file with these shared threads and their buffers instead
+    /// of starting its own; the backend, thread counts, queue depth and
+    /// buffers are then the set's, and the options' own are not used.
+    /// Default = none: each file starts its own.
+    #[must_use]
+    pub fn threads(mut self, threads: crate::IoThreads) -> Self {
+        self.threads = Some(threads);
         self
     }
 

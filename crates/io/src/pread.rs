@@ -1,6 +1,7 @@
 //! The pread/pwrite backend. `read_at` and `write_at` run on the calling
 //! thread; batches go to `read_io_threads` and `write_io_threads` workers,
 //! each doing one synchronous request at a time (InnoDB's simulated AIO).
+//! As with io_uring, the workers may serve many files ([`crate::IoThreads`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,16 +16,81 @@ use crate::error::{IoError, OpKind};
 use crate::options::IoOptions;
 use crate::sys::{DiskCore, OpenedFile, os_error, pread_exact, pwrite_all};
 
-type Job = (IoRequest, CompletionSender);
+type Job = (IoRequest, CompletionSender, Arc<DiskCore>);
+
+/// The pread/pwrite workers of one [`crate::IoThreads`], shared by its
+/// files, and the buffers `alloc_buf` hands out.
+#[derive(Debug)]
+pub(crate) struct PreadWorkers {
+    bufs: BufPool,
+    read_tx: Option<Sender<Job>>,
+    write_tx: Option<Sender<Job>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl PreadWorkers {
+    /// Starts the workers; `label` names them in errors.
+    pub(crate) fn start(
+        label: &Path,
+        options: &IoOptions,
+        align_bytes: usize,
+    ) -> Result<PreadWorkers, IoError> {
+        let bufs = BufPool::new(
+            options.buffer_count.max(1),
+            options.buffer_size_bytes,
+            align_bytes,
+        );
+        let (read_tx, read_rx) = crossbeam_channel::unbounded::<Job>();
+        let (write_tx, write_rx) = crossbeam_channel::unbounded::<Job>();
+        let mut started = PreadWorkers {
+            bufs,
+            read_tx: Some(read_tx),
+            write_tx: Some(write_tx),
+            workers: Vec::new(),
+        };
+        for (rx, count, kind) in [
+            (read_rx, options.read_io_threads, "read"),
+            (write_rx, options.write_io_threads, "write"),
+        ] {
+            for index in 0..count {
+                let rx = rx.clone();
+                let name = format!("bcuda-{kind}-{index}");
+                let spawned = std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || worker(&rx));
+                // On an error, dropping `started` stops the workers so far.
+                let handle = spawned.map_err(|e| os_error(OpKind::Open, label, 0, 0, e))?;
+                started.workers.push(handle);
+            }
+        }
+        Ok(started)
+    }
+
+    pub(crate) fn bufs(&self) -> &BufPool {
+        &self.bufs
+    }
+
+    pub(crate) fn thread_count(&self) -> usize {
+        self.workers.len()
+    }
+}
+
+impl Drop for PreadWorkers {
+    fn drop(&mut self) {
+        // Closing the channels lets the workers finish queued jobs and exit.
+        self.read_tx = None;
+        self.write_tx = None;
+        for handle in self.workers.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
 
 /// A file served by pread/pwrite.
 #[derive(Debug)]
 pub struct PreadFile {
     core: Arc<DiskCore>,
-    bufs: BufPool,
-    read_tx: Option<Sender<Job>>,
-    write_tx: Option<Sender<Job>>,
-    workers: Vec<JoinHandle<()>>,
+    workers: Arc<PreadWorkers>,
 }
 
 impl PreadFile {
@@ -32,51 +98,32 @@ impl PreadFile {
     pub fn open(path: &Path, options: &IoOptions) -> Result<PreadFile, IoError> {
         options.validate()?;
         let opened = crate::sys::open_file(path, options)?;
-        PreadFile::from_opened(opened, options)
+        let workers = match options.threads.as_ref().and_then(crate::IoThreads::pread) {
+            Some(shared) => shared,
+            None => Arc::new(PreadWorkers::start(
+                path,
+                options,
+                opened.alignment.mem_bytes,
+            )?),
+        };
+        Ok(PreadFile::from_opened(opened, workers))
     }
 
-    pub(crate) fn from_opened(
-        opened: OpenedFile,
-        options: &IoOptions,
-    ) -> Result<PreadFile, IoError> {
-        let bufs = BufPool::new(
-            options.buffer_count.max(1),
-            options.buffer_size_bytes,
-            opened.alignment.mem_bytes,
-        );
-        let core = Arc::new(DiskCore::new(opened));
-        let (read_tx, read_rx) = crossbeam_channel::unbounded::<Job>();
-        let (write_tx, write_rx) = crossbeam_channel::unbounded::<Job>();
-        let mut workers = Vec::new();
-        for (rx, count, kind) in [
-            (read_rx, options.read_io_threads, "read"),
-            (write_rx, options.write_io_threads, "write"),
-        ] {
-            for index in 0..count {
-                let (worker_core, rx) = (Arc::clone(&core), rx.clone());
-                let name = format!("bcuda-{kind}-{index}");
-                let spawned = std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || worker(&worker_core, &rx));
-                let handle = spawned.map_err(|e| os_error(OpKind::Open, core.path(), 0, 0, e))?;
-                workers.push(handle);
-            }
-        }
-        Ok(PreadFile {
-            core,
-            bufs,
-            read_tx: Some(read_tx),
-            write_tx: Some(write_tx),
+    /// A file served by `workers` (its own, or those of shared
+    /// [`crate::IoThreads`]).
+    pub(crate) fn from_opened(opened: OpenedFile, workers: Arc<PreadWorkers>) -> PreadFile {
+        PreadFile {
+            core: Arc::new(DiskCore::new(opened)),
             workers,
-        })
+        }
     }
 }
 
-fn worker(core: &DiskCore, rx: &Receiver<Job>) {
-    while let Ok((mut request, completions)) = rx.recv() {
+fn worker(rx: &Receiver<Job>) {
+    while let Ok((mut request, completions, core)) = rx.recv() {
         let result = match request.op {
-            IoOp::Read => read(core, request.offset_bytes, &mut request.buf),
-            IoOp::Write => write(core, request.offset_bytes, &request.buf),
+            IoOp::Read => read(&core, request.offset_bytes, &mut request.buf),
+            IoOp::Write => write(&core, request.offset_bytes, &request.buf),
         };
         completions.send(request.complete(result));
     }
@@ -95,17 +142,6 @@ fn write(core: &DiskCore, offset_bytes: u64, data: &[u8]) -> Result<(), IoError>
         data.len(),
     )?;
     pwrite_all(&core.opened, offset_bytes, data)
-}
-
-impl Drop for PreadFile {
-    fn drop(&mut self) {
-        // Closing the channels lets the workers finish queued jobs and exit.
-        self.read_tx = None;
-        self.write_tx = None;
-        for handle in self.workers.drain(..) {
-            let _ = handle.join();
-        }
-    }
 }
 
 impl BlockFile for PreadFile {
@@ -150,22 +186,24 @@ impl BlockFile for PreadFile {
     }
 
     fn alloc_buf(&self, len_bytes: usize) -> AlignedBuf {
-        self.bufs
-            .take(len_bytes)
-            .unwrap_or_else(|| AlignedBuf::zeroed(len_bytes, self.alignment().mem_bytes))
+        let align_bytes = self.alignment().mem_bytes;
+        self.workers
+            .bufs
+            .take_aligned(len_bytes, align_bytes)
+            .unwrap_or_else(|| AlignedBuf::zeroed(len_bytes, align_bytes))
     }
 
     fn submit(&self, requests: Vec<IoRequest>, completions: &CompletionSender) {
         for request in requests {
             let tx = match request.op {
-                IoOp::Read => &self.read_tx,
-                IoOp::Write => &self.write_tx,
+                IoOp::Read => &self.workers.read_tx,
+                IoOp::Write => &self.workers.write_tx,
             };
             let Some(tx) = tx else {
                 unreachable!("channels live until drop")
             };
-            if let Err(crossbeam_channel::SendError((request, completions))) =
-                tx.send((request, completions.clone()))
+            if let Err(crossbeam_channel::SendError((request, completions, _))) =
+                tx.send((request, completions.clone(), Arc::clone(&self.core)))
             {
                 let path = self.path().to_path_buf();
                 completions.send(request.complete(Err(IoError::Shutdown { path })));

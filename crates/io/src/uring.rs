@@ -1,7 +1,9 @@
 //! The io_uring backend.
 //!
 //! Threads: `read_io_threads` + `write_io_threads` workers, each owning a
-//! ring of `queue_depth` entries (plus one for its wake-up read). Callers
+//! ring of `queue_depth` entries (plus one for its wake-up read). The
+//! workers serve any number of files ([`crate::IoThreads`]): each request
+//! names its file, so a database with many trees starts one set. Callers
 //! hand requests to a worker over a channel and, if the worker is asleep in
 //! `io_uring_enter`, wake it through an eventfd whose poll is always
 //! pending in its ring. A worker with nothing to do sleeps in the kernel;
@@ -9,9 +11,10 @@
 //! small thread-local ring (InnoDB's synchronous page reads); batches and
 //! all writes go through the workers.
 //!
-//! Buffers: the file's [`BufPool`] is registered with every worker ring, so
+//! Buffers: the workers' [`BufPool`] is registered with every ring, so
 //! requests whose buffer lies in it use `ReadFixed`/`WriteFixed` (the
-//! kernel skips pinning pages per request).
+//! kernel skips pinning pages per request). Files are named by descriptor,
+//! not registered: a ring serves files that come and go.
 
 use std::cell::RefCell;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -78,6 +81,7 @@ thread_local! {
 
 /// A request from a caller blocked until it completes, borrowing its buffer.
 struct BorrowedIo {
+    core: Arc<DiskCore>,
     op: IoOp,
     offset_bytes: u64,
     ptr: *mut u8,
@@ -91,15 +95,22 @@ struct BorrowedIo {
 unsafe impl Send for BorrowedIo {}
 
 enum Task {
-    Batch(IoRequest, CompletionSender),
+    Batch(IoRequest, CompletionSender, Arc<DiskCore>),
     Borrowed(BorrowedIo),
 }
 
 impl Task {
+    fn core(&self) -> &Arc<DiskCore> {
+        match self {
+            Task::Batch(_, _, core) => core,
+            Task::Borrowed(io) => &io.core,
+        }
+    }
+
     /// (op, offset, buffer pointer, length)
     fn parts(&mut self) -> (IoOp, u64, *mut u8, usize) {
         match self {
-            Task::Batch(request, _) => (
+            Task::Batch(request, _, _) => (
                 request.op,
                 request.offset_bytes,
                 request.buf.as_mut_ptr(),
@@ -111,7 +122,7 @@ impl Task {
 
     fn deliver(self, result: Result<(), IoError>) {
         match self {
-            Task::Batch(request, completions) => completions.send(request.complete(result)),
+            Task::Batch(request, completions, _) => completions.send(request.complete(result)),
             Task::Borrowed(io) => io.done.set(result),
         }
     }
@@ -177,14 +188,83 @@ impl Worker {
     }
 }
 
-/// A file served by io_uring.
-pub struct UringFile {
-    core: Arc<DiskCore>,
+/// The io_uring workers of one [`crate::IoThreads`], shared by its files,
+/// and the buffers registered with their rings.
+pub(crate) struct UringWorkers {
     bufs: BufPool,
     readers: Vec<Worker>,
     writers: Vec<Worker>,
     next_reader: AtomicUsize,
     next_writer: AtomicUsize,
+}
+
+impl UringWorkers {
+    /// Starts the workers; `label` names them in errors (a file, or the
+    /// directory whose files they serve).
+    pub(crate) fn start(
+        label: &Path,
+        options: &IoOptions,
+        align_bytes: usize,
+    ) -> Result<UringWorkers, IoError> {
+        let bufs = BufPool::new(
+            options.buffer_count.max(1),
+            options.buffer_size_bytes,
+            align_bytes,
+        );
+        let spawn = |kind: &str, index: usize| {
+            spawn_worker(label, &bufs, options, format!("bcuda-uring-{kind}-{index}"))
+        };
+        let readers = (0..options.read_io_threads)
+            .map(|i| spawn("read", i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let writers = (0..options.write_io_threads)
+            .map(|i| spawn("write", i))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(UringWorkers {
+            bufs,
+            readers,
+            writers,
+            next_reader: AtomicUsize::new(0),
+            next_writer: AtomicUsize::new(0),
+        })
+    }
+
+    pub(crate) fn bufs(&self) -> &BufPool {
+        &self.bufs
+    }
+
+    pub(crate) fn thread_count(&self) -> usize {
+        self.readers.len() + self.writers.len()
+    }
+
+    fn pick(&self, op: IoOp) -> &Worker {
+        let (workers, next) = match op {
+            IoOp::Read => (&self.readers, &self.next_reader),
+            IoOp::Write => (&self.writers, &self.next_writer),
+        };
+        &workers[next.fetch_add(1, Ordering::Relaxed) % workers.len()]
+    }
+}
+
+impl Drop for UringWorkers {
+    fn drop(&mut self) {
+        // Each worker finishes what is in its ring and queue, then exits.
+        for worker in self.readers.iter_mut().chain(self.writers.iter_mut()) {
+            worker.tx = None;
+            worker.wake.force();
+        }
+        for worker in self.readers.iter_mut().chain(self.writers.iter_mut()) {
+            if let Some(handle) = worker.handle.take() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+/// A file served by io_uring.
+pub struct UringFile {
+    core: Arc<DiskCore>,
+    workers: Arc<UringWorkers>,
     direct_reads: bool,
 }
 
@@ -192,8 +272,8 @@ impl std::fmt::Debug for UringFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UringFile")
             .field("path", &self.core.path())
-            .field("read_io_threads", &self.readers.len())
-            .field("write_io_threads", &self.writers.len())
+            .field("read_io_threads", &self.workers.readers.len())
+            .field("write_io_threads", &self.workers.writers.len())
             .field("direct_reads", &self.direct_reads)
             .finish()
     }
@@ -239,47 +319,34 @@ impl UringFile {
             source,
         })?;
         let opened = crate::sys::open_file(path, options)?;
-        UringFile::from_opened(opened, options)
+        let workers = match options.threads.as_ref().and_then(crate::IoThreads::uring) {
+            Some(shared) => shared,
+            None => Arc::new(UringWorkers::start(
+                path,
+                options,
+                opened.alignment.mem_bytes,
+            )?),
+        };
+        Ok(UringFile::from_opened(opened, workers, options))
     }
 
+    /// A file served by `workers` (its own, or those of shared
+    /// [`crate::IoThreads`]).
     pub(crate) fn from_opened(
         opened: OpenedFile,
+        workers: Arc<UringWorkers>,
         options: &IoOptions,
-    ) -> Result<UringFile, IoError> {
-        let bufs = BufPool::new(
-            options.buffer_count.max(1),
-            options.buffer_size_bytes,
-            opened.alignment.mem_bytes,
-        );
-        let core = Arc::new(DiskCore::new(opened));
-        let spawn = |kind: &str, index: usize| {
-            spawn_worker(&core, &bufs, options, format!("bcuda-uring-{kind}-{index}"))
-        };
-        let readers = (0..options.read_io_threads)
-            .map(|i| spawn("read", i))
-            .collect::<Result<Vec<_>, _>>()?;
-        let writers = (0..options.write_io_threads)
-            .map(|i| spawn("write", i))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(UringFile {
-            core,
-            bufs,
-            readers,
-            writers,
-            next_reader: AtomicUsize::new(0),
-            next_writer: AtomicUsize::new(0),
+    ) -> UringFile {
+        UringFile {
+            core: Arc::new(DiskCore::new(opened)),
+            workers,
             direct_reads: options.direct_reads,
-        })
-    }
-
-    fn pick<'a>(workers: &'a [Worker], next: &AtomicUsize) -> &'a Worker {
-        &workers[next.fetch_add(1, Ordering::Relaxed) % workers.len()]
+        }
     }
 
     /// Hands a borrowed-buffer request to a worker and blocks until done.
     fn through_worker(
         &self,
-        worker: &Worker,
         op: IoOp,
         offset_bytes: u64,
         ptr: *mut u8,
@@ -287,13 +354,14 @@ impl UringFile {
     ) -> Result<(), IoError> {
         let done = ONE_SHOT.with(Arc::clone);
         let io = BorrowedIo {
+            core: Arc::clone(&self.core),
             op,
             offset_bytes,
             ptr,
             len_bytes: len,
             done: Arc::clone(&done),
         };
-        match worker.send(Task::Borrowed(io)) {
+        match self.workers.pick(op).send(Task::Borrowed(io)) {
             Ok(()) => done.wait(),
             Err(_) => Err(IoError::Shutdown {
                 path: self.core.path().to_path_buf(),
@@ -303,16 +371,16 @@ impl UringFile {
 }
 
 fn spawn_worker(
-    core: &Arc<DiskCore>,
+    label: &Path,
     bufs: &BufPool,
     options: &IoOptions,
     name: String,
 ) -> Result<Worker, IoError> {
-    let wake = Arc::new(Wake::new().map_err(|e| os_error(OpKind::Open, core.path(), 0, 0, e))?);
+    let wake = Arc::new(Wake::new().map_err(|e| os_error(OpKind::Open, label, 0, 0, e))?);
     let (tx, rx) = crossbeam_channel::unbounded();
     let (setup_tx, setup_rx) = std::sync::mpsc::sync_channel(1);
     let (entries, sqpoll, depth) = (options.queue_depth + 1, options.sqpoll, options.queue_depth);
-    let (core_in, bufs_in, wake_in) = (Arc::clone(core), bufs.clone(), Arc::clone(&wake));
+    let (bufs_in, wake_in) = (bufs.clone(), Arc::clone(&wake));
     // The ring is built on its own thread: a single-issuer ring belongs to
     // the thread that creates it.
     let body = move || {
@@ -322,17 +390,17 @@ fn spawn_worker(
         };
         let fixed = register_buffers(&ring, &bufs_in);
         let _ = setup_tx.send(Ok(()));
-        RingLoop::new(ring, core_in, bufs_in, fixed, rx, wake_in, depth).run();
+        RingLoop::new(ring, bufs_in, fixed, rx, wake_in, depth).run();
     };
     let spawned = std::thread::Builder::new().name(name).spawn(body);
-    let handle = spawned.map_err(|e| os_error(OpKind::Open, core.path(), 0, 0, e))?;
+    let handle = spawned.map_err(|e| os_error(OpKind::Open, label, 0, 0, e))?;
     let setup = setup_rx
         .recv()
         .unwrap_or_else(|_| Err(std::io::Error::other("I/O thread exited during setup")));
     if let Err(source) = setup {
         let _ = handle.join();
         return Err(IoError::RingSetup {
-            path: core.path().to_path_buf(),
+            path: label.to_path_buf(),
             source,
         });
     }
@@ -354,27 +422,6 @@ fn register_buffers(ring: &IoUring, bufs: &BufPool) -> bool {
         Err(e) => {
             tracing::warn!("io_uring buffer registration refused, using unregistered buffers: {e}");
             false
-        }
-    }
-}
-
-/// How a worker's ring names the file.
-#[derive(Clone, Copy)]
-enum RingFile {
-    /// Registered at index 0: the kernel skips the descriptor lookup and
-    /// reference count per request.
-    Registered,
-    /// A plain descriptor (registration refused).
-    Plain(RawFd),
-}
-
-/// Registers `fd` with `ring` at index 0, or falls back to the plain fd.
-fn register_file(ring: &IoUring, fd: RawFd) -> RingFile {
-    match ring.submitter().register_files(&[fd]) {
-        Ok(()) => RingFile::Registered,
-        Err(e) => {
-            tracing::debug!("io_uring file registration refused: {e}");
-            RingFile::Plain(fd)
         }
     }
 }
@@ -404,7 +451,6 @@ macro_rules! build_entry {
 /// One worker's state: its ring, the tasks in flight by slot.
 struct RingLoop {
     ring: IoUring,
-    core: Arc<DiskCore>,
     bufs: BufPool,
     fixed: bool,
     rx: Receiver<Task>,
@@ -417,8 +463,6 @@ struct RingLoop {
     finished: Vec<(Task, Result<(), IoError>)>,
     /// Completions of one queue, gathered to be delivered at once.
     delivering: Vec<Completion>,
-    /// The file as the ring sees it: registered (index 0) if allowed.
-    target: RingFile,
     counters: LoopCounters,
 }
 
@@ -436,7 +480,6 @@ struct LoopCounters {
 impl RingLoop {
     fn new(
         ring: IoUring,
-        core: Arc<DiskCore>,
         bufs: BufPool,
         fixed: bool,
         rx: Receiver<Task>,
@@ -444,10 +487,8 @@ impl RingLoop {
         depth: u32,
     ) -> RingLoop {
         let depth = depth as usize;
-        let target = register_file(&ring, core.opened.file.as_raw_fd());
         RingLoop {
             ring,
-            core,
             bufs,
             fixed,
             rx,
@@ -459,7 +500,6 @@ impl RingLoop {
             reaped: Vec::with_capacity(depth + 1),
             finished: Vec::with_capacity(depth),
             delivering: Vec::with_capacity(depth),
-            target,
             counters: LoopCounters::default(),
         }
     }
@@ -473,11 +513,7 @@ impl RingLoop {
         loop {
             self.fill();
             if self.closing && self.in_flight() == 0 {
-                tracing::debug!(
-                    "io_uring worker on {} done: {:?}",
-                    self.core.path().display(),
-                    self.counters
-                );
+                tracing::debug!("io_uring worker done: {:?}", self.counters);
                 return;
             }
             let may_sleep = !self.free_slots.is_empty() && !self.closing;
@@ -496,10 +532,7 @@ impl RingLoop {
                     Some(libc::EINTR | libc::EBUSY | libc::EAGAIN)
                 )
             {
-                tracing::error!(
-                    "io_uring_enter failed on {}: {e}",
-                    self.core.path().display()
-                );
+                tracing::error!("io_uring_enter failed: {e}");
             }
             self.wake.sleeping.store(false, Ordering::SeqCst);
             self.reap();
@@ -543,14 +576,8 @@ impl RingLoop {
         } else {
             None
         };
-        let entry = match self.target {
-            RingFile::Registered => {
-                build_entry!(types::Fixed(0), op, offset_bytes, ptr, len, fixed_index)
-            }
-            RingFile::Plain(fd) => {
-                build_entry!(types::Fd(fd), op, offset_bytes, ptr, len, fixed_index)
-            }
-        };
+        let fd = types::Fd(task.core().opened.file.as_raw_fd());
+        let entry = build_entry!(fd, op, offset_bytes, ptr, len, fixed_index);
         self.slots[slot] = Some(task);
         self.push(&entry.user_data(slot as u64));
     }
@@ -595,7 +622,7 @@ impl RingLoop {
             };
             self.free_slots.push(slot);
             let (op, offset_bytes, ptr, len_bytes) = task.parts();
-            let outcome = finish(&self.core, op, offset_bytes, ptr, len_bytes, result);
+            let outcome = finish(task.core(), op, offset_bytes, ptr, len_bytes, result);
             self.finished.push((task, outcome));
         }
         if self.finished.is_empty() {
@@ -619,7 +646,7 @@ impl RingLoop {
         for (task, outcome) in self.finished.drain(..) {
             match task {
                 Task::Borrowed(io) => io.done.set(outcome),
-                Task::Batch(request, completions) => {
+                Task::Batch(request, completions, _) => {
                     if let Some(current) = &run
                         && !current.same_queue(&completions)
                     {
@@ -745,20 +772,6 @@ fn local_ring_read(core: &DiskCore, offset_bytes: u64, buf: &mut [u8]) -> Result
     }
 }
 
-impl Drop for UringFile {
-    fn drop(&mut self) {
-        for worker in self.readers.iter_mut().chain(self.writers.iter_mut()) {
-            worker.tx = None;
-            worker.wake.force();
-        }
-        for worker in self.readers.iter_mut().chain(self.writers.iter_mut()) {
-            if let Some(handle) = worker.handle.take() {
-                let _ = handle.join();
-            }
-        }
-    }
-}
-
 impl BlockFile for UringFile {
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), IoError> {
         self.core
@@ -766,14 +779,7 @@ impl BlockFile for UringFile {
         if self.direct_reads {
             return local_ring_read(&self.core, offset_bytes, buf);
         }
-        let worker = Self::pick(&self.readers, &self.next_reader);
-        self.through_worker(
-            worker,
-            IoOp::Read,
-            offset_bytes,
-            buf.as_mut_ptr(),
-            buf.len(),
-        )
+        self.through_worker(IoOp::Read, offset_bytes, buf.as_mut_ptr(), buf.len())
     }
 
     fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), IoError> {
@@ -783,11 +789,9 @@ impl BlockFile for UringFile {
             data.as_ptr() as usize,
             data.len(),
         )?;
-        let worker = Self::pick(&self.writers, &self.next_writer);
         // The kernel only reads from a write's buffer; the cast to *mut is
         // for the shared request type.
         self.through_worker(
-            worker,
             IoOp::Write,
             offset_bytes,
             data.as_ptr().cast_mut(),
@@ -828,9 +832,11 @@ impl BlockFile for UringFile {
     }
 
     fn alloc_buf(&self, len_bytes: usize) -> AlignedBuf {
-        self.bufs
-            .take(len_bytes)
-            .unwrap_or_else(|| AlignedBuf::zeroed(len_bytes, self.alignment().mem_bytes))
+        let align_bytes = self.alignment().mem_bytes;
+        self.workers
+            .bufs
+            .take_aligned(len_bytes, align_bytes)
+            .unwrap_or_else(|| AlignedBuf::zeroed(len_bytes, align_bytes))
     }
 
     fn submit(&self, requests: Vec<IoRequest>, completions: &CompletionSender) {
@@ -850,11 +856,9 @@ impl BlockFile for UringFile {
                 completions.send(request.complete(Err(e)));
                 continue;
             }
-            let worker = match request.op {
-                IoOp::Read => Self::pick(&self.readers, &self.next_reader),
-                IoOp::Write => Self::pick(&self.writers, &self.next_writer),
-            };
-            if let Err(task) = worker.send(Task::Batch(request, completions.clone())) {
+            let worker = self.workers.pick(request.op);
+            let task = Task::Batch(request, completions.clone(), Arc::clone(&self.core));
+            if let Err(task) = worker.send(task) {
                 task.deliver(Err(IoError::Shutdown {
                     path: self.core.path().to_path_buf(),
                 }));

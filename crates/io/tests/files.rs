@@ -1,12 +1,14 @@
 //! Opening files: O_DIRECT refusal on tmpfs, alignment discovery, the data
-//! directory lock, option ranges.
+//! directory lock, option ranges, many files on shared threads.
 
 // Helpers outside #[test] functions unwrap too: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
 
-use barracuda_io::{Backend, DirLock, FlushMethod, IoError, IoOptions};
+use barracuda_io::{
+    Backend, CompletionQueue, DirLock, FlushMethod, IoError, IoOptions, IoRequest, IoThreads,
+};
 
 fn scratch_dir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
@@ -210,4 +212,44 @@ fn is_tmpfs(path: &Path) -> bool {
         .arg(path)
         .output()
         .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "tmpfs")
+}
+
+/// Many files on one set of threads: every byte written through one
+/// file's batch and `write_at` reads back from that file alone, and
+/// dropping some files leaves the others served.
+#[test]
+fn many_files_share_one_set_of_threads() {
+    for backend in [Backend::Auto, Backend::Pread] {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let options = IoOptions::default()
+            .backend(backend)
+            .read_io_threads(2)
+            .write_io_threads(2)
+            .buffer_count(8);
+        let threads = IoThreads::start(dir.path(), &options).unwrap();
+        assert_eq!(threads.thread_count(), 4);
+        let file_options = options.clone().threads(threads.clone());
+        let mut files: Vec<_> = (0..40)
+            .map(|i| barracuda_io::open(&dir.path().join(format!("f{i}")), &file_options).unwrap())
+            .collect();
+        for (i, file) in files.iter().enumerate() {
+            let mut buf = file.alloc_buf(4096);
+            buf.fill(i as u8);
+            file.write_at(0, &buf).unwrap();
+            let queue = CompletionQueue::new();
+            let mut batch = file.alloc_buf(8192);
+            batch.fill(!(i as u8));
+            file.submit(vec![IoRequest::write(4096, batch, 0)], &queue.sender());
+            queue.wait().result.unwrap();
+        }
+        files.drain(..20);
+        for (i, file) in files.iter().enumerate() {
+            let fill = (i + 20) as u8;
+            let mut back = file.alloc_buf(12288);
+            file.read_at(0, &mut back).unwrap();
+            assert!(back[..4096].iter().all(|&b| b == fill), "file {}", i + 20);
+            assert!(back[4096..].iter().all(|&b| b == !fill), "file {}", i + 20);
+        }
+        assert_eq!(threads.free_buffer_count(), 8, "every buffer came back");
+    }
 }

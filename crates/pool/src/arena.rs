@@ -143,6 +143,12 @@ impl Arena {
     pub(crate) fn prefaulted_chunks(&self) -> u64 {
         self.prefault.populated_chunks()
     }
+
+    /// Whether a prefault thread runs now.
+    #[cfg(test)]
+    fn prefault_running(&self) -> bool {
+        self.prefault.running()
+    }
 }
 
 impl Drop for Arena {
@@ -503,6 +509,29 @@ mod tests {
         for chunk in [1000, 2000, 4095] {
             assert!(!resident(&arena, chunk), "chunk {chunk} populated");
         }
+        // With nothing more asked for, the thread ends; a new request
+        // starts one again.
+        let idle = |arena: &Arena| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while arena.prefault_running() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            !arena.prefault_running()
+        };
+        assert!(
+            idle(&arena),
+            "the prefault thread still runs with nothing to do"
+        );
+        let before = arena.prefaulted_chunks();
+        for chunk in 300..600 {
+            arena.chunk_taken(chunk);
+        }
+        assert!(idle(&arena));
+        assert!(
+            arena.prefaulted_chunks() >= before + 128,
+            "a new thread populated more"
+        );
+        assert!(resident(&arena, 700), "chunk 700 not populated");
     }
 
     #[test]

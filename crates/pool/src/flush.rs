@@ -1,15 +1,15 @@
 //! Dirty pages: the flush list ordered by oldest modification, page writes
 //! under the write-ahead rule, and a background flusher.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use barracuda_codec::Lsn;
 use barracuda_io::IoRequest;
 
 use crate::arena::NIL;
+use crate::cleaner::{CleanerRegistration, PageCleaner};
 use crate::error::Result;
 use crate::pool::BufferPool;
 
@@ -22,10 +22,6 @@ pub(crate) const LRU_FLUSH_SCAN_MAX: usize = 256;
 /// A victim's batch from the LRU list's tail takes at most this share of
 /// the pool's chunks (1/32).
 pub(crate) const LRU_FLUSH_POOL_SHARE: usize = 32;
-
-/// While memory is short, the background flusher writes the LRU list's
-/// tail this many times per interval.
-const LRU_FLUSH_INTERVAL_DIVISOR: u32 = 10;
 
 impl BufferPool {
     /// Marks a page dirty at `lsn`, keeping the flush list ordered by oldest
@@ -445,12 +441,6 @@ impl BufferPool {
         self.inner.lock().flush.len()
     }
 
-    /// Whether less than a quarter of the pool's memory is free: eviction
-    /// runs or soon will.
-    fn memory_is_short(&self) -> bool {
-        self.inner.lock().alloc.free_chunk_count() < self.chunk_count() / 4
-    }
-
     /// The oldest modification LSN of any dirty page (the checkpoint may not
     /// move past it), or `None` when nothing is dirty.
     pub fn oldest_dirty_lsn(&self) -> Option<Lsn> {
@@ -463,53 +453,32 @@ impl BufferPool {
     /// `interval`, oldest change first ([`BufferPool::flush_some`]), and
     /// while memory is short and pages are dirty, the dirty pages at the
     /// LRU list's tail ([`BufferPool::flush_lru_tail`]) ten times per
-    /// `interval` instead.
+    /// `interval` instead: a [`PageCleaner`] of this pool alone.
     /// It stops when the handle is dropped or the pool is gone.
     pub fn spawn_flusher(
         self: &Arc<Self>,
         interval: Duration,
         batch_pages: usize,
     ) -> FlusherHandle {
-        let stop = Arc::new(AtomicBool::new(false));
-        let pool: Weak<Self> = Arc::downgrade(self);
-        let thread_stop = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("barracuda-flusher".into())
-            .spawn(move || {
-                let mut short = false;
-                while !thread_stop.load(Ordering::Relaxed) {
-                    std::thread::park_timeout(if short {
-                        interval / LRU_FLUSH_INTERVAL_DIVISOR
-                    } else {
-                        interval
-                    });
-                    let Some(pool) = pool.upgrade() else { break };
-                    if !short && let Err(e) = pool.flush_some(batch_pages) {
-                        tracing::warn!("background flush failed: {e}");
-                    }
-                    short = pool.memory_is_short() && pool.dirty_page_count() > 0;
-                    if short && let Err(e) = pool.flush_lru_tail() {
-                        tracing::warn!("background LRU flush failed: {e}");
-                    }
-                }
-            })
-            .ok();
-        FlusherHandle { stop, thread }
-    }
-}
-
-/// Stops the background flusher when dropped.
-pub struct FlusherHandle {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for FlusherHandle {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.thread().unpark();
-            let _ = thread.join();
+        let cleaner = PageCleaner::start(interval, batch_pages);
+        let registration = cleaner.register(self);
+        FlusherHandle {
+            _registration: registration,
+            _cleaner: cleaner,
         }
     }
+
+    /// Whether less than a quarter of the pool's memory is free: eviction
+    /// runs or soon will.
+    pub(crate) fn memory_is_short(&self) -> bool {
+        self.inner.lock().alloc.free_chunk_count() < self.chunk_count() / 4
+    }
+}
+
+/// Stops the background flusher of [`BufferPool::spawn_flusher`] when
+/// dropped.
+pub struct FlusherHandle {
+    // Dropped first: the pool leaves the cleaner, then the cleaner stops.
+    _registration: CleanerRegistration,
+    _cleaner: PageCleaner,
 }

@@ -51,6 +51,7 @@
 mod adapters;
 mod arena;
 mod backend;
+mod cleaner;
 mod config;
 mod desc;
 mod doublewrite;
@@ -72,6 +73,7 @@ pub use adapters::{CodecService, EXTEND_BYTES, FILE_QUEUE_DEPTH_DEFAULT, FileSer
 pub use backend::{
     AppendOutcome, CompressOutcome, DurableLsn, PageCodec, PageFile, UNIT_ALIGNMENT_BYTES_DEFAULT,
 };
+pub use cleaner::{CleanerRegistration, PageCleaner};
 pub use config::{
     ARENA_ALIGNMENT_BYTES, BLOCK_SIZE_BYTES_MIN, EXHAUSTED_WAIT_MS_DEFAULT, EvictionPolicy,
     OLD_BLOCKS_PCT_DEFAULT, OLD_BLOCKS_TIME_MS_DEFAULT, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN,

@@ -16,16 +16,18 @@
 //! `window` chunks ready beyond the highest taken, where the window grows
 //! with use up to [`WINDOW_BYTES_MAX`] (like a vector's capacity): a pool
 //! that used 1 MiB holds at most 1 MiB more resident, one that used 64 MiB
-//! at most 4 MiB more. The thread starts with the first chunk taken and
-//! stops with the arena. Where the kernel refuses the advice (before Linux
-//! 5.14, or short of memory), the thread ends and the pool faults its
-//! chunks in itself, as before.
+//! at most 4 MiB more. The thread starts when the pool asks for chunks and
+//! ends once they are populated, so that a pool that does not grow (most
+//! trees of a database of many) costs no thread; a growing pool starts one
+//! each half window it takes (128 KiB to 2 MiB). Where the kernel refuses the advice (before
+//! Linux 5.14, or short of memory), no thread starts again and the pool
+//! faults its chunks in itself, as before.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 /// The most the thread keeps populated ahead of the pool.
 pub(crate) const WINDOW_BYTES_MAX: usize = 4 << 20;
@@ -51,13 +53,18 @@ pub(crate) struct Prefault {
 struct Shared {
     /// Chunks `[0, requested)` are to be populated.
     requested: AtomicU32,
+    /// Chunks `[0, done)` are populated.
+    done: AtomicU32,
+    /// A thread runs (or is about to). Cleared by the thread, under `lock`,
+    /// when it finds nothing more to do.
+    running: AtomicBool,
     /// Chunks the thread populated, for tests and status.
     populated: AtomicU64,
     stop: AtomicBool,
-    /// Held to sleep on `wake` and to wake the thread (no lost wake-up:
-    /// `requested` and `stop` are read under it before sleeping).
+    /// Held by the thread when it decides to end, and by a caller when it
+    /// decides whether to start one: a request made before the thread's
+    /// last look is seen by it, one made after finds it ended.
     lock: Mutex<()>,
-    wake: Condvar,
 }
 
 impl Prefault {
@@ -66,10 +73,11 @@ impl Prefault {
         Prefault {
             shared: Arc::new(Shared {
                 requested: AtomicU32::new(0),
+                done: AtomicU32::new(0),
+                running: AtomicBool::new(false),
                 populated: AtomicU64::new(0),
                 stop: AtomicBool::new(false),
                 lock: Mutex::new(()),
-                wake: Condvar::new(),
             }),
             thread: Mutex::new(None),
             base,
@@ -94,8 +102,12 @@ impl Prefault {
         }
         self.shared.requested.fetch_max(target, Ordering::Relaxed);
         self.start();
-        let _locked = self.shared.lock.lock();
-        self.shared.wake.notify_one();
+    }
+
+    /// Whether a thread runs (or is about to).
+    #[cfg(test)]
+    pub(crate) fn running(&self) -> bool {
+        self.shared.running.load(Ordering::Relaxed)
     }
 
     /// Chunks populated so far.
@@ -116,8 +128,18 @@ impl Prefault {
 
     fn start(&self) {
         let mut thread = self.thread.lock();
-        if thread.is_some() || self.shared.stop.load(Ordering::Relaxed) {
-            return;
+        {
+            let _locked = self.shared.lock.lock();
+            if self.shared.running.load(Ordering::Relaxed)
+                || self.shared.stop.load(Ordering::Relaxed)
+            {
+                return;
+            }
+            self.shared.running.store(true, Ordering::Relaxed);
+        }
+        // The previous thread said it ends; reap it.
+        if let Some(handle) = thread.take() {
+            let _ = handle.join();
         }
         let shared = Arc::clone(&self.shared);
         let (base, chunk_size_bytes) = (self.base, self.chunk_size_bytes);
@@ -130,17 +152,14 @@ impl Prefault {
             Err(e) => {
                 tracing::debug!("no prefault thread: {e}");
                 self.shared.stop.store(true, Ordering::Relaxed);
+                self.shared.running.store(false, Ordering::Relaxed);
             }
         }
     }
 
     /// Stops the thread and waits for it: the arena may be unmapped after.
     pub(crate) fn stop(&self) {
-        {
-            let _locked = self.shared.lock.lock();
-            self.shared.stop.store(true, Ordering::Relaxed);
-            self.shared.wake.notify_one();
-        }
+        self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(handle) = self.thread.lock().take() {
             let _ = handle.join();
         }
@@ -151,23 +170,20 @@ fn run(shared: &Shared, base: usize, chunk_size_bytes: usize) {
     let step_chunks = u32::try_from(STEP_BYTES / chunk_size_bytes)
         .unwrap_or(u32::MAX)
         .max(1);
-    let mut done = 0u32;
     loop {
-        let target = {
-            let mut locked = shared.lock.lock();
-            loop {
-                if shared.stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                let requested = shared.requested.load(Ordering::Relaxed);
-                if requested > done {
-                    break requested;
-                }
-                shared.wake.wait(&mut locked);
+        let (mut done, target) = {
+            let _locked = shared.lock.lock();
+            let requested = shared.requested.load(Ordering::Relaxed);
+            let done = shared.done.load(Ordering::Relaxed);
+            if shared.stop.load(Ordering::Relaxed) || requested <= done {
+                shared.running.store(false, Ordering::Relaxed);
+                return;
             }
+            (done, requested)
         };
         while done < target {
             if shared.stop.load(Ordering::Relaxed) {
+                shared.running.store(false, Ordering::Relaxed);
                 return;
             }
             let end = done.saturating_add(step_chunks).min(target);
@@ -184,12 +200,16 @@ fn run(shared: &Shared, base: usize, chunk_size_bytes: usize) {
                     "buffer pool not populated ahead: {}",
                     std::io::Error::last_os_error()
                 );
+                // No thread starts again: the pool faults its chunks itself.
+                shared.stop.store(true, Ordering::Relaxed);
+                shared.running.store(false, Ordering::Relaxed);
                 return;
             }
             shared
                 .populated
                 .fetch_add(u64::from(end - done), Ordering::Relaxed);
             done = end;
+            shared.done.store(done, Ordering::Relaxed);
         }
     }
 }
