@@ -5,8 +5,8 @@ use crate::error::{Error, Result};
 use crate::options::Durability;
 use crate::records::RecordCache;
 use crate::tree::{
-    BATCH_IMAGES_MORE, Tree, batch_ops_by_pool, batch_pinned_bytes, check_entry, image_bytes,
-    overflow_pages,
+    BATCH_IMAGES_MORE, FREED_PAGE_LOG_BYTES, Tree, batch_ops_by_pool, batch_pinned_bytes,
+    check_entry, image_bytes, overflow_pages,
 };
 
 /// Batches of fewer operations do not read their leaves ahead: they are
@@ -152,6 +152,41 @@ impl WriteBatch {
         }
     }
 
+    /// The overflow pages `ops` may free, of the values they replace or
+    /// delete. Per tree, a bound (its pages, or every operation replacing
+    /// the longest value) where the batch fits even with it; else each
+    /// operation's old value is looked up (a descent per operation).
+    fn freed_pages(
+        &self,
+        ops: &[Op],
+        inners: &[std::sync::Arc<crate::db::TreeInner>],
+        ops_per_tree: &[usize],
+        chain_pages: &[usize],
+    ) -> Result<FreedPages> {
+        let mut freed = FreedPages {
+            per_op: vec![0; ops.len()],
+            bound_per_tree: vec![0; inners.len()],
+        };
+        let longest = overflow_pages(&inners[0], barracuda_btree::VALUE_BYTES_MAX);
+        for (tree, inner) in inners.iter().enumerate() {
+            let pages = usize::try_from(inner.tree.store().page_count()).unwrap_or(usize::MAX);
+            let bound = (ops_per_tree[tree].saturating_mul(longest)).min(pages);
+            let (pinned, limit) =
+                batch_pinned_bytes(inner, ops_per_tree[tree], chain_pages[tree] + bound);
+            if pinned <= limit {
+                freed.bound_per_tree[tree] = bound;
+                continue;
+            }
+            for (op, pages) in ops.iter().zip(&mut freed.per_op) {
+                if op.tree == tree {
+                    let old_len = inner.tree.value_len(self.key(op))?.unwrap_or(0);
+                    *pages = overflow_pages(inner, old_len);
+                }
+            }
+        }
+        Ok(freed)
+    }
+
     /// Refuses trees of another database.
     fn check_database(&self, db: &std::sync::Arc<DbInner>) -> Result<()> {
         for tree in &self.trees {
@@ -243,10 +278,30 @@ impl WriteBatch {
             let part = &mut ops[start..end];
             self.sort_by_key(part);
             let part_bytes = &op_bytes[start..end];
-            self.apply_ops(db, part, part_bytes, Durability::NoSync, half_splits)?;
+            self.apply_part(db, part, part_bytes, half_splits)?;
             start = end;
         }
         Ok(())
+    }
+
+    /// Applies one part; a part refused as too large (the long values its
+    /// operations replace free pages the part's bound does not count, and
+    /// a refusal changes nothing) is applied in halves.
+    fn apply_part(
+        &self,
+        db: &std::sync::Arc<DbInner>,
+        part: &[Op],
+        part_bytes: &[usize],
+        half_splits: bool,
+    ) -> Result<()> {
+        match self.apply_ops(db, part, part_bytes, Durability::NoSync, half_splits) {
+            Err(Error::BatchTooLarge { .. }) if part.len() > 1 => {
+                let half = part.len() / 2;
+                self.apply_part(db, &part[..half], &part_bytes[..half], half_splits)?;
+                self.apply_part(db, &part[half..], &part_bytes[half..], half_splits)
+            }
+            other => other,
+        }
     }
 
     /// Applies `ops` (with their worst-case log bytes `op_bytes`) as one
@@ -262,24 +317,27 @@ impl WriteBatch {
         half_splits: bool,
     ) -> Result<()> {
         let inners: Vec<_> = self.trees.iter().map(Tree::inner).collect();
-        let image_bytes_max = inners.iter().map(|inner| image_bytes(inner)).max();
-        // The levels above the parents and the meta pages, once per group.
-        let group_more = BATCH_IMAGES_MORE * image_bytes_max.unwrap_or(0);
-        let group_limit = db.group_bytes_max();
-        let new_group = group_starts(op_bytes, group_more, group_limit);
-        let groups = 1 + new_group.iter().filter(|&&starts| starts).count();
-        let estimated = op_bytes.iter().sum::<usize>() + groups * group_more;
         // Every page a batch changes stays in its pool, pinned at the
         // pending LSN, until the batch is logged: at most half the pool.
-        // Long values add their overflow pages.
+        // Long values add their overflow pages, and replaced or deleted
+        // long values the pages they free.
         let mut ops_per_tree = vec![0; self.trees.len()];
         let mut chain_pages = vec![0; self.trees.len()];
         for op in ops {
             ops_per_tree[op.tree] += 1;
             chain_pages[op.tree] += overflow_pages(&inners[op.tree], op.value_len.unwrap_or(0));
         }
-        for ((inner, &count), &chain) in inners.iter().zip(&ops_per_tree).zip(&chain_pages) {
-            let (pinned, limit) = batch_pinned_bytes(inner, count, chain);
+        // The leaves are read ahead first: looking up the values the batch
+        // replaces then waits for reads in flight, not for one at a time.
+        self.prefetch_leaves(ops);
+        let freed = self.freed_pages(ops, &inners, &ops_per_tree, &chain_pages)?;
+        let mut freed_per_tree = vec![0; self.trees.len()];
+        for (op, &pages) in ops.iter().zip(&freed.per_op) {
+            freed_per_tree[op.tree] += pages;
+        }
+        for (tree, inner) in inners.iter().enumerate() {
+            let chain = chain_pages[tree] + freed_per_tree[tree] + freed.bound_per_tree[tree];
+            let (pinned, limit) = batch_pinned_bytes(inner, ops_per_tree[tree], chain);
             if pinned > limit {
                 return Err(Error::BatchTooLarge {
                     estimated_bytes: pinned,
@@ -287,6 +345,20 @@ impl WriteBatch {
                 });
             }
         }
+        let image_bytes_max = inners.iter().map(|inner| image_bytes(inner)).max();
+        // The levels above the parents and the meta pages, once per group,
+        // and the freed pages not looked up, in every group.
+        let group_more = BATCH_IMAGES_MORE * image_bytes_max.unwrap_or(0)
+            + freed.bound_per_tree.iter().sum::<usize>() * FREED_PAGE_LOG_BYTES;
+        let op_bytes: Vec<usize> = op_bytes
+            .iter()
+            .zip(&freed.per_op)
+            .map(|(&bytes, &pages)| bytes + pages * FREED_PAGE_LOG_BYTES)
+            .collect();
+        let group_limit = db.group_bytes_max();
+        let new_group = group_starts(&op_bytes, group_more, group_limit);
+        let groups = 1 + new_group.iter().filter(|&&starts| starts).count();
+        let estimated = op_bytes.iter().sum::<usize>() + groups * group_more;
         drop(inners);
         let limit = db.batch_bytes_max();
         if estimated > limit {
@@ -295,7 +367,6 @@ impl WriteBatch {
                 limit_bytes: limit,
             });
         }
-        self.prefetch_leaves(ops);
         db.write_spanning(durability, estimated, |writer, split| {
             // Loaded under the write mutex: a compaction cannot swap a
             // tree until this write is logged.
@@ -392,6 +463,14 @@ fn group_starts(op_bytes: &[usize], group_more: usize, group_limit: usize) -> Ve
             starts
         })
         .collect()
+}
+
+/// What [`WriteBatch::freed_pages`] found.
+struct FreedPages {
+    /// Looked up: the overflow pages each operation frees.
+    per_op: Vec<usize>,
+    /// Not looked up: a bound on the pages the tree's operations free.
+    bound_per_tree: Vec<usize>,
 }
 
 /// Pending puts a [`ChunkedWriter`] applies at once: enough for a few dozen

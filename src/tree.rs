@@ -503,7 +503,7 @@ pub(crate) fn check_write(
 /// zero-fill patch (or, if it was never written to the data file, its
 /// image, which is all zeros but a header and compresses to a few bytes),
 /// and the meta page's free-list patch.
-const FREED_PAGE_LOG_BYTES: usize = 256;
+pub(crate) const FREED_PAGE_LOG_BYTES: usize = 256;
 
 /// Overflow pages a value of `value_len` bytes may take in `tree`: none if
 /// it is stored inline; else its length over the least payload a page
