@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use barracuda::testing::sim::run_seed_with;
+use barracuda::testing::sim::run_seed;
 use libfuzzer_sys::fuzz_target;
 
 /// Crash epochs per input: short runs, many seeds.
@@ -29,16 +29,9 @@ fuzz_target!(|data: &[u8]| {
     let len = data.len().min(8);
     seed_bytes[..len].copy_from_slice(&data[..len]);
     let seed = u64::from_le_bytes(seed_bytes);
-    // Values of several pages are left out as in the default test: recovery
-    // leaves their overflow chains short (the ignored test
-    // `simulated_crashes_with_values_of_several_pages`). Blocks of a quarter
-    // page too: incompressible values sometimes do not fit them (see
-    // `SimConfig::without_quarter_page_blocks`). Drop these lines once
-    // those are fixed.
-    let result = run_seed_with(&base_dir(), seed, EPOCHS, |config| {
-        config.large_values = false;
-        config.without_quarter_page_blocks();
-    });
+    // Every configuration the seed picks, as the default test: values of
+    // several pages in a third of the seeds, every block size.
+    let result = run_seed(&base_dir(), seed, EPOCHS);
     if let Err(failure) = result {
         panic!("{failure}");
     }

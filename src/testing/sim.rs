@@ -178,31 +178,6 @@ impl SimConfig {
     }
 }
 
-impl SimConfig {
-    /// Makes every compressed block of a quarter page half a page: with
-    /// incompressible values near the inline bound (an eighth of the page)
-    /// writes into such trees sometimes fail with `CompressionUnfit`
-    /// ("does not fit its compressed block even after a split"; seeds 1245
-    /// and 1251, 8 KiB pages in 2 KiB zstd blocks).
-    pub fn without_quarter_page_blocks(&mut self) {
-        for tree in &mut self.trees {
-            let quarter = tree
-                .block_size
-                .compressed_bytes()
-                .is_some_and(|bytes| bytes * 4 == tree.page_size_bytes);
-            if quarter && tree.compression != Compression::None {
-                let half = match tree.page_size_bytes {
-                    4096 => BlockSize::Kib2,
-                    8192 => BlockSize::Kib4,
-                    16384 => BlockSize::Kib8,
-                    _ => BlockSize::Kib16,
-                };
-                tree.block_size = half;
-            }
-        }
-    }
-}
-
 fn random_tree(rng: &mut SimRng) -> TreeOptions {
     let page_size_bytes: usize = rng.pick(&[4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10]);
     let compression = match rng.below(5) {
