@@ -194,9 +194,12 @@ impl Tree {
 
     /// [`Tree::put`] with the given durability.
     pub fn put_with(&self, key: &[u8], value: &[u8], durability: Durability) -> Result<bool> {
-        check_write(&self.db, &self.slot.load(), key, Some(value))?;
         self.db.write(durability, |writer| {
             let inner = self.slot.load();
+            // Under the write mutex: the value it replaces cannot change
+            // between the check and the write. It changes nothing if it
+            // refuses.
+            check_write(&self.db, &inner, key, Some(value))?;
             let _epoch = self.slot.forget(key);
             let op = writer.op(&inner);
             Ok(inner.tree.insert_in(op, key, value)?)
@@ -213,9 +216,9 @@ impl Tree {
 
     /// [`Tree::delete`] with the given durability.
     pub fn delete_with(&self, key: &[u8], durability: Durability) -> Result<bool> {
-        check_write(&self.db, &self.slot.load(), key, None)?;
         self.db.write(durability, |writer| {
             let inner = self.slot.load();
+            check_write(&self.db, &inner, key, None)?;
             let _epoch = self.slot.forget(key);
             let op = writer.op(&inner);
             Ok(inner.tree.delete_in(op, key)?)
