@@ -235,6 +235,9 @@ impl Default for Options {
 impl Options {
     /// Cache budget of **each tree** (every tree has its own buffer pool and
     /// data file): uncompressed frames and compressed blocks together.
+    /// Memory is used as the tree caches pages, but a pool's bookkeeping,
+    /// about 1.6% of the budget, is allocated when the tree opens: a
+    /// database of thousands of small trees wants a smaller budget.
     /// Default = 128 MiB; 1 MiB to 1 TiB.
     #[must_use]
     pub fn buffer_pool_bytes(mut self, buffer_pool_bytes: usize) -> Self {
