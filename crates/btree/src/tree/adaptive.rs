@@ -2,8 +2,11 @@
 //! will go on, and freeze the part of the page they will not touch.
 //!
 //! A page remembers its inserts for free: records are appended to the heap
-//! in insert order, and rebuilds keep that order ([`page::HeapOrder::Kept`]),
-//! so the heap offsets rank the records by age. A record is a stream's
+//! in insert order, and the page a split keeps is rebuilt in that order
+//! (`HeapOrder::Kept`), so the heap offsets rank the records by age. (A
+//! split's new page starts in key order, and a compaction rebuilds in key
+//! order: such a page's history starts afresh, and reads as one ascending
+//! run until new inserts land.) A record is a stream's
 //! *head* if it was inserted after both its neighbours (a local maximum of
 //! recency) and recently; the stream goes on past it, in the direction of
 //! the neighbour it shares more key prefix with (its own stream's previous
