@@ -26,6 +26,16 @@
 //! ([`SINGLE_FREEZE_MIN_FRACTION`]). Otherwise the cut is the caller's (the
 //! middle).
 //!
+//! Long streams: a stream's head may sit just before a small cold part (a
+//! neighbour's first records, say). Leaving that part behind costs one
+//! page's free space once; taking it along costs its bytes on every page
+//! the stream fills from then on. So the part is left behind only if it is
+//! not tiny ([`SINGLE_FREEZE_MIN_FRACTION`]), or if the tree's streams are
+//! long: nearly all of its recent splits extended a run that fills most of
+//! its page by itself (the caller keeps that average, as it does for the
+//! headroom below), as TPC-C order keys do, and streams of a page or two do
+//! not.
+//!
 //! Headroom: a frozen part keeps [`HEADROOM_FRACTION`] of a page free for
 //! late arrivals (the 1/16 of InnoDB's sequential split) once the tree has
 //! seen many splits that no stream explains (the caller decides, from the
@@ -109,22 +119,46 @@ fn ages(recs: &[RecBuf], new_idx: Option<usize>) -> Vec<usize> {
     age
 }
 
-/// The cut (`1..n`) `Adaptive` asks for when `recs[new_idx]` was just
-/// inserted into a page whose last insert was `recs[last]`, or `None` for
-/// the middle. `sums` are the prefix sums of the records' bytes; a part
-/// frozen whole keeps [`HEADROOM_FRACTION`] free if `headroom`. The
-/// second value tells whether an insert stream explained the split (the
-/// new record landed where the page's history predicted).
+/// What the tree's recent splits say about its workload.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Trends {
+    /// A part frozen whole keeps [`HEADROOM_FRACTION`] free.
+    pub headroom: bool,
+    /// The tree's streams are long: nearly all its recent splits extended a
+    /// run that fills most of its page.
+    pub long_streams: bool,
+}
+
+/// The cut `Adaptive` asks for, and what the split tells about the
+/// workload.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Outcome {
+    /// The cut (`1..n`), or `None` for the middle.
+    pub cut: Option<usize>,
+    /// An insert stream explained the split: the new record landed where
+    /// the page's history predicted.
+    pub explained: bool,
+    /// The new record extends one stream's run that fills most of the page.
+    pub long_run: bool,
+}
+
+/// The cut `Adaptive` asks for when `recs[new_idx]` was just inserted into
+/// a page whose last insert was `recs[last]`. `sums` are the prefix sums
+/// of the records' bytes.
 pub(super) fn cut(
     recs: &[RecBuf],
     new_idx: usize,
     last: Option<usize>,
     sums: &[usize],
-    headroom: bool,
-) -> (Option<usize>, bool) {
+    trends: Trends,
+) -> Outcome {
     let n = recs.len();
     if n < 3 {
-        return (None, true);
+        return Outcome {
+            cut: None,
+            explained: true,
+            long_run: false,
+        };
     }
     // Was the new record's gap predicted by the page's history?
     let next_to_last = last.is_some_and(|l| l + 1 == new_idx || new_idx + 1 == l);
@@ -139,13 +173,40 @@ pub(super) fn cut(
             .any(|g| g.0 == new_idx)
     };
     if !predicted {
-        return (None, false);
+        return Outcome {
+            cut: None,
+            explained: false,
+            long_run: false,
+        };
     }
-    (freeze(recs, new_idx, sums, headroom), true)
+    Outcome {
+        cut: freeze(recs, new_idx, sums, trends),
+        explained: true,
+        long_run: long_run(recs, new_idx, sums),
+    }
+}
+
+/// Whether the new record extends one stream's run that fills most of the
+/// page by itself ([`FREEZE_MIN_FRACTION`]) from the page's edge: the run's
+/// neighbouring keys share more prefix with each other than with any key
+/// across its ends.
+fn long_run(recs: &[RecBuf], new_idx: usize, sums: &[usize]) -> bool {
+    let n = recs.len();
+    let total = sums[n];
+    let lcp = |i: usize| common_prefix(&recs[i - 1].key, &recs[i].key);
+    let one_stream = |r: std::ops::Range<usize>| {
+        let inner = (r.start + 1..r.end).map(lcp).min().unwrap_or(0);
+        let left = (r.start > 0).then(|| lcp(r.start));
+        let right = (r.end < n).then(|| lcp(r.end));
+        inner > 0 && left.is_none_or(|a| a < inner) && right.is_none_or(|a| a < inner)
+    };
+    let large = |bytes: usize| bytes * FREEZE_MIN_FRACTION.1 >= total * FREEZE_MIN_FRACTION.0;
+    (large(sums[new_idx + 1]) && one_stream(0..new_idx + 1))
+        || (large(total - sums[new_idx]) && one_stream(new_idx..n))
 }
 
 /// The cut of a split the page's streams explain.
-fn freeze(recs: &[RecBuf], new_idx: usize, sums: &[usize], headroom: bool) -> Option<usize> {
+fn freeze(recs: &[RecBuf], new_idx: usize, sums: &[usize], trends: Trends) -> Option<usize> {
     let n = recs.len();
     let age = ages(recs, Some(new_idx));
     let gaps = hot_gaps(recs, &age);
@@ -166,23 +227,34 @@ fn freeze(recs: &[RecBuf], new_idx: usize, sums: &[usize], headroom: bool) -> Op
     if let [(g, ascending)] = gaps[..]
         && (1..n).contains(&g)
     {
-        let frozen = if ascending || g < 2 { g..n } else { 0..g - 1 };
-        let bytes = sums[frozen.end] - sums[frozen.start];
+        let (frozen, kept) = if ascending || g < 2 {
+            (g..n, 0..g)
+        } else {
+            (0..g - 1, g - 1..n)
+        };
+        let bytes = |r: &std::ops::Range<usize>| sums[r.end] - sums[r.start];
+        let at_least = |b: usize, (num, den): (usize, usize)| b * den >= sums[n] * num;
+        // In a tree of long streams, a stream whose own run already fills
+        // most of the page leaves any cold part behind, however small.
+        let long_run =
+            trends.long_streams && at_least(bytes(&kept), FREEZE_MIN_FRACTION) && one_stream(&kept);
         if cold(&frozen)
             && one_stream(&frozen)
-            && bytes * SINGLE_FREEZE_MIN_FRACTION.1 >= sums[n] * SINGLE_FREEZE_MIN_FRACTION.0
+            && (long_run || at_least(bytes(&frozen), SINGLE_FREEZE_MIN_FRACTION))
         {
             // One stream between two cold parts: the stream keeps its own run
             // (the side it shares its prefix with) and the other part is
             // frozen now, though not full. Freezing costs the frozen part's
             // free space once; leaving it with the stream would cost its bytes
-            // at every later split of the stream's page.
+            // at every later split of the stream's page: a small part is
+            // worth leaving with a stream that ends soon, not with one that
+            // goes on for pages.
             return Some(if ascending || g < 2 { g } else { g - 1 });
         }
     }
     let total = sums[n];
     let min_frozen = total * FREEZE_MIN_FRACTION.0 / FREEZE_MIN_FRACTION.1;
-    let headroom = if headroom {
+    let headroom = if trends.headroom {
         total * HEADROOM_FRACTION.0 / HEADROOM_FRACTION.1
     } else {
         0
