@@ -1235,7 +1235,7 @@ impl<S: PageStore> Tree<S> {
                     // behind).
                     headroom: unexplained_score >= UNEXPLAINED_SPLITS_HEADROOM,
                     // Streams are long once nearly every split extends a
-                    // run that fills most of its page.
+                    // run that fills half of its page or more.
                     long_streams: short_run_score <= SHORT_RUN_SPLITS_LONG_STREAMS,
                 };
                 let outcome =
