@@ -190,6 +190,32 @@ fn print_summary(results: &[PointResult]) {
     }
 }
 
+/// What the columns mean, and the closing line: how often `Adaptive` holds
+/// against the better simple policy.
+fn print_legend_and_verdict(results: &[PointResult]) {
+    super::harness::print_legend(&[
+        (
+            "half, innodb, adaptive",
+            "leaf fill under each split policy (1.000: full)",
+        ),
+        (
+            "oracle",
+            "leaf fill of splits that know every future insert (a yardstick, not a bound)",
+        ),
+        ("margin", "adaptive - max(half, innodb)"),
+    ]);
+    let held = results
+        .iter()
+        .filter(|r| r.adaptive >= r.best_simple() - TOLERANCE)
+        .count();
+    println!(
+        "verdict: adaptive within {TOLERANCE} of max(half, innodb) or above on {held} of {} points; \
+         mean margin {:+.3}",
+        results.len(),
+        mean(results.iter().map(|r| r.adaptive - r.best_simple()))
+    );
+}
+
 /// Runs `--pattern family` (one point from the flags) or `--pattern sweep`
 /// (`--points` points of the grid seeded by `--seed`).
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -218,6 +244,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if results.len() > 1 {
         print_summary(&results);
     }
+    print_legend_and_verdict(&results);
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string(&results)?)
             .with_context(|| format!("writing {}", path.display()))?;
