@@ -71,6 +71,7 @@ mod check;
 pub mod cursor;
 mod error;
 pub mod page;
+pub mod pattern;
 pub mod pool_store;
 pub mod recipe;
 pub mod scan;

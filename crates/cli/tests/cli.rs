@@ -361,6 +361,16 @@ fn bench_workloads_print_a_legend_and_a_verdict() {
             "none,zlib-6",
         ],
         vec!["bench", "fill", "--rows", "5000"],
+        vec![
+            "bench",
+            "fill",
+            "--pattern",
+            "family",
+            "--rows",
+            "3000",
+            "--page-kib",
+            "4",
+        ],
         [
             &[
                 "bench",

@@ -23,28 +23,63 @@ const SEED: u64 = 0x4261_7272_6163_7564;
 /// Options of `barracuda bench fill`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Insert pattern: tpcc-orders, ascending, descending, random, zipf, or all.
+    /// Insert pattern: tpcc-orders, ascending, descending, random, zipf, or
+    /// all; or `family` (one workload of the pattern family, set by the
+    /// flags below) or `sweep` (a grid of `--points` family workloads of
+    /// `--rows` operations, every policy beside the offline oracle).
     #[arg(long, default_value = "tpcc-orders")]
-    pattern: String,
+    pub(super) pattern: String,
     /// Split policy: half, innodb, adaptive, innodb-last-insert, or all.
     #[arg(long, default_value = "adaptive")]
     policy: String,
-    /// Rows to insert.
+    /// Rows to insert (operations per point for family and sweep).
     #[arg(long, default_value_t = 1_000_000, allow_negative_numbers = true, value_parser = super::harness::int_in::<u64>(1, 100_000_000))]
-    rows: u64,
+    pub(super) rows: u64,
     /// Insert the keys of this file instead (one hex key per line, in order).
     #[arg(long)]
     keys_from: Option<PathBuf>,
-    /// Bytes per value (a TPC-C order row is about 80).
+    /// Bytes per value (a TPC-C order row is about 80); the smallest value
+    /// with --value-bytes-max.
     #[arg(long, default_value_t = 80, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(0, 4096))]
-    value_bytes: usize,
+    pub(super) value_bytes: usize,
+    /// Family: values of uniformly random length up to this many bytes.
+    #[arg(long, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(0, 4096))]
+    pub(super) value_bytes_max: Option<usize>,
+    /// Family: values (percent) of random bytes.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = super::harness::int_in::<u32>(0, 100))]
+    pub(super) incompressible_percent: u32,
     /// Page size in KiB.
     #[arg(long, default_value_t = 16, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(4, 64))]
-    page_kib: usize,
+    pub(super) page_kib: usize,
+    /// Family and sweep: the seed of the workload (of the grid for sweep).
+    #[arg(long, default_value_t = 1)]
+    pub(super) seed: u64,
+    /// Family: number of streams (1 to 100000).
+    #[arg(long, default_value_t = 2_000, allow_negative_numbers = true, value_parser = super::harness::int_in::<u32>(1, 100_000))]
+    pub(super) streams: u32,
+    /// Family: late arrivals, percent of inserts (a key at a random earlier
+    /// position of its stream).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = super::harness::f64_in(0.0, 100.0))]
+    pub(super) noise: f64,
+    /// Family: deletes of random live keys, percent of operations.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = super::harness::f64_in(0.0, 100.0))]
+    pub(super) deletes: f64,
+    /// Family: key shape, fixed, varprefix or composite.
+    #[arg(long, default_value = "varprefix")]
+    pub(super) shape: String,
+    /// Family: direction within a stream, asc, desc or mixed.
+    #[arg(long, default_value = "asc")]
+    pub(super) order: String,
+    /// Family: how streams interleave, random, rr, bursts or zipf.
+    #[arg(long, default_value = "random")]
+    pub(super) interleave: String,
+    /// Sweep: number of grid points.
+    #[arg(long, default_value_t = 240, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(1, 100_000))]
+    pub(super) points: usize,
     /// Write results as JSON to this file (an object for one run, an array
     /// for a matrix).
     #[arg(long)]
-    json: Option<PathBuf>,
+    pub(super) json: Option<PathBuf>,
 }
 
 /// One run's results.
@@ -94,7 +129,7 @@ fn patterns(args: &Args) -> anyhow::Result<Vec<String>> {
     }
     if !ALL.contains(&args.pattern.as_str()) {
         bail!(
-            "unknown pattern {:?}: use {} or all",
+            "unknown pattern {:?}: use {}, all, family or sweep",
             args.pattern,
             ALL.join(", ")
         );
@@ -303,6 +338,9 @@ fn print_table(results: &[FillResult]) {
 
 /// Runs the workload.
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    if matches!(args.pattern.as_str(), "family" | "sweep") {
+        return super::fill_family::run(args);
+    }
     let policies = policies(&args.policy)?;
     let mut results = Vec::new();
     for pattern in patterns(args)? {

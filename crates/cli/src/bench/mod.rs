@@ -2,6 +2,7 @@
 
 pub mod codec;
 pub mod fill;
+mod fill_family;
 pub mod flush;
 pub mod harness;
 pub mod hotset;
