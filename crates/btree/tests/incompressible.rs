@@ -245,11 +245,13 @@ fn random_rows_16k_in_4k() {
 }
 
 /// Long random keys (400 bytes) make internal pages of a few dozen children,
-/// so leaves that end their parent split often, next to full leaves under
-/// the next parent: those are split on their own first (the split cannot
-/// take records from a sibling whose parent it does not hold).
+/// and random rows of them do not compress: every leaf split is a split
+/// for a block that no longer fits, at every level, and every row is
+/// stored. (With the split points of an earlier `Adaptive`, leaves that
+/// ended their parent were also split on their own, next to full leaves
+/// under the next parent; no current policy takes that path here, so its
+/// count is printed, not asserted.)
 #[test]
-#[ignore = "reaches the split-alone path only with the former Adaptive cuts (not with Half, InnoDbLastInsert or the current Adaptive): needs a workload built for that path"]
 fn long_random_keys_16k_in_8k() {
     let (store, _) = pool_common::store_counting(
         pool_common::Format::Zlib16k8k,
@@ -281,7 +283,12 @@ fn long_random_keys_16k_in_8k() {
         "long keys: {:?} per level, {:?}",
         stats.pages_per_level, stats.splits
     );
-    assert!(stats.splits.alone > 0, "{:?}", stats.splits);
+    assert!(stats.splits.compression_failure > 0, "{:?}", stats.splits);
+    assert!(
+        stats.pages_per_level.len() >= 3,
+        "{:?}",
+        stats.pages_per_level
+    );
 }
 
 const LONG_KEY_ROWS: usize = 6_000;

@@ -3,8 +3,13 @@
 //! SIGINT (Ctrl-C), SIGTERM (`timeout`, `kill`) and SIGHUP (a closed
 //! terminal) are taken by a thread of their own, which removes every
 //! registered directory and then exits with status 128 + the signal.
+//! While it removes them, the work still running fails (its files vanish):
+//! its errors and panics are then not reported, and the threads that meet
+//! them wait for the exit ([`exit`], the panic hook of [`install`]), so the
+//! status is always the signal's.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -12,6 +17,9 @@ use anyhow::Context;
 
 /// The directories to remove if a signal ends the process.
 static REGISTERED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// A signal was taken: the process is removing its data and will exit.
+static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// The signals that end the process after the cleanup.
 const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
@@ -46,11 +54,38 @@ pub fn install() {
             if rc != 0 {
                 return;
             }
+            EXITING.store(true, Ordering::SeqCst);
             remove_registered();
             std::process::exit(128 + signal);
         });
     if let Err(e) = spawned {
         eprintln!("warning: cannot start the signal thread ({e}); Ctrl-C is ignored");
+        return;
+    }
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        wait_if_exiting();
+        report(info);
+    }));
+}
+
+/// Exits with `code`, unless a signal is ending the process: then waits
+/// for the signal thread's exit, so the status is the signal's.
+pub fn exit(code: i32) -> ! {
+    wait_if_exiting();
+    std::process::exit(code)
+}
+
+/// Returns unless a signal is ending the process; then waits for its exit.
+pub fn exit_if_signalled() {
+    wait_if_exiting();
+}
+
+/// Waits forever if a signal is ending the process (the signal thread
+/// exits it once the data is removed).
+fn wait_if_exiting() {
+    while EXITING.load(Ordering::SeqCst) {
+        std::thread::park();
     }
 }
 

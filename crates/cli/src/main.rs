@@ -83,12 +83,15 @@ fn main() {
         Command::Admin(command) => admin::run(command),
     };
     if let Err(error) = result {
+        // An error from data a signal's cleanup removed is not reported.
+        cleanup::exit_if_signalled();
         eprint!("{}", error_text(&error));
         if backtrace_wanted {
             eprintln!("backtrace:\n{}", error.backtrace());
         }
-        std::process::exit(1);
+        cleanup::exit(1);
     }
+    cleanup::exit_if_signalled();
 }
 
 /// `error: ...` and one `caused by: ...` line per cause that adds

@@ -80,6 +80,10 @@ pub struct Args {
     /// for a matrix).
     #[arg(long)]
     pub(super) json: Option<PathBuf>,
+    /// Sweep: draw every point's leaf fill per policy into this SVG file,
+    /// the points in order of the better simple policy's fill.
+    #[arg(long)]
+    pub(super) plot: Option<PathBuf>,
 }
 
 /// One run's results.

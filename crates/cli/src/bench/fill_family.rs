@@ -249,5 +249,41 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         std::fs::write(path, serde_json::to_string(&results)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(path) = &args.plot {
+        plot_points(path, &results)?;
+    }
     Ok(())
+}
+
+/// One line per policy and the oracle over the points, sorted by the
+/// better simple policy's fill: where `adaptive` runs above that line it
+/// beats both simple policies, and the oracle's line shows what is left.
+fn plot_points(path: &std::path::Path, results: &[PointResult]) -> anyhow::Result<()> {
+    let mut order: Vec<&PointResult> = results.iter().collect();
+    order.sort_by(|a, b| a.best_simple().total_cmp(&b.best_simple()));
+    let line = |label: &str, fill: fn(&PointResult) -> f64| super::plot::Series {
+        label: label.to_owned(),
+        points: order
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (i as f64, fill(r)))
+            .collect(),
+    };
+    let panel = super::plot::Panel {
+        title: format!(
+            "Leaf fill over {} insert patterns of the family, in order of max(half, innodb)",
+            results.len()
+        ),
+        x_label: "pattern (sorted by max(half, innodb))".into(),
+        y_label: "leaf fill".into(),
+        log_x: false,
+        log_y: false,
+        marks: Vec::new(),
+        series: vec![
+            line("max(half, innodb)", PointResult::best_simple),
+            line("adaptive", |r| r.adaptive),
+            line("oracle", |r| r.oracle),
+        ],
+    };
+    super::plot::draw(path, &[panel])
 }
