@@ -6,7 +6,7 @@ use crate::options::Durability;
 use crate::records::RecordCache;
 use crate::tree::{
     BATCH_IMAGES_MORE, FREED_PAGE_LOG_BYTES, Tree, batch_ops_by_pool, batch_pinned_bytes,
-    check_entry, image_bytes, overflow_pages,
+    check_entry, check_write, image_bytes, overflow_pages,
 };
 
 /// Batches of fewer operations do not read their leaves ahead: they are
@@ -154,26 +154,28 @@ impl WriteBatch {
 
     /// The overflow pages `ops` may free, of the values they replace or
     /// delete. Per tree, a bound (its pages, or every operation replacing
-    /// the longest value) where the batch fits even with it; else each
-    /// operation's old value is looked up (a descent per operation).
+    /// the longest value) where the batch's pool bound holds even with it
+    /// and not `exact`; else each operation's old value is looked up (a
+    /// descent per operation).
     fn freed_pages(
         &self,
         ops: &[Op],
         inners: &[std::sync::Arc<crate::db::TreeInner>],
         ops_per_tree: &[usize],
         chain_pages: &[usize],
+        exact: bool,
     ) -> Result<FreedPages> {
         let mut freed = FreedPages {
             per_op: vec![0; ops.len()],
             bound_per_tree: vec![0; inners.len()],
         };
-        let longest = overflow_pages(&inners[0], barracuda_btree::VALUE_BYTES_MAX);
         for (tree, inner) in inners.iter().enumerate() {
+            let longest = overflow_pages(inner, barracuda_btree::VALUE_BYTES_MAX);
             let pages = usize::try_from(inner.tree.store().page_count()).unwrap_or(usize::MAX);
             let bound = (ops_per_tree[tree].saturating_mul(longest)).min(pages);
             let (pinned, limit) =
                 batch_pinned_bytes(inner, ops_per_tree[tree], chain_pages[tree] + bound);
-            if pinned <= limit {
+            if !exact && pinned <= limit {
                 freed.bound_per_tree[tree] = bound;
                 continue;
             }
@@ -330,43 +332,55 @@ impl WriteBatch {
         // The leaves are read ahead first: looking up the values the batch
         // replaces then waits for reads in flight, not for one at a time.
         self.prefetch_leaves(ops);
-        let freed = self.freed_pages(ops, &inners, &ops_per_tree, &chain_pages)?;
-        let mut freed_per_tree = vec![0; self.trees.len()];
-        for (op, &pages) in ops.iter().zip(&freed.per_op) {
-            freed_per_tree[op.tree] += pages;
-        }
-        for (tree, inner) in inners.iter().enumerate() {
-            let chain = chain_pages[tree] + freed_per_tree[tree] + freed.bound_per_tree[tree];
-            let (pinned, limit) = batch_pinned_bytes(inner, ops_per_tree[tree], chain);
-            if pinned > limit {
-                return Err(Error::BatchTooLarge {
-                    estimated_bytes: pinned,
+        let image_bytes_max = inners.iter().map(|inner| image_bytes(inner)).max();
+        let group_limit = db.group_bytes_max();
+        let limit = db.batch_bytes_max();
+        // First with a bound on the freed pages where it fits the pool; if
+        // the batch then does not fit, with every old value looked up.
+        let mut exact = false;
+        let (new_group, estimated) = loop {
+            let freed = self.freed_pages(ops, &inners, &ops_per_tree, &chain_pages, exact)?;
+            let bounded = freed.bound_per_tree.iter().any(|&bound| bound > 0);
+            let mut freed_per_tree = vec![0; self.trees.len()];
+            for (op, &pages) in ops.iter().zip(&freed.per_op) {
+                freed_per_tree[op.tree] += pages;
+            }
+            let mut refused = None;
+            for (tree, inner) in inners.iter().enumerate() {
+                let chain = chain_pages[tree] + freed_per_tree[tree] + freed.bound_per_tree[tree];
+                let (pinned, pool_limit) = batch_pinned_bytes(inner, ops_per_tree[tree], chain);
+                if pinned > pool_limit {
+                    refused = Some(Error::BatchTooLarge {
+                        estimated_bytes: pinned,
+                        limit_bytes: pool_limit,
+                    });
+                }
+            }
+            // The levels above the parents and the meta pages, once per
+            // group, and the freed pages not looked up, in every group.
+            let group_more = BATCH_IMAGES_MORE * image_bytes_max.unwrap_or(0)
+                + freed.bound_per_tree.iter().sum::<usize>() * FREED_PAGE_LOG_BYTES;
+            let op_bytes: Vec<usize> = op_bytes
+                .iter()
+                .zip(&freed.per_op)
+                .map(|(&bytes, &pages)| bytes + pages * FREED_PAGE_LOG_BYTES)
+                .collect();
+            let new_group = group_starts(&op_bytes, group_more, group_limit);
+            let groups = 1 + new_group.iter().filter(|&&starts| starts).count();
+            let estimated = op_bytes.iter().sum::<usize>() + groups * group_more;
+            if refused.is_none() && estimated > limit {
+                refused = Some(Error::BatchTooLarge {
+                    estimated_bytes: estimated,
                     limit_bytes: limit,
                 });
             }
-        }
-        let image_bytes_max = inners.iter().map(|inner| image_bytes(inner)).max();
-        // The levels above the parents and the meta pages, once per group,
-        // and the freed pages not looked up, in every group.
-        let group_more = BATCH_IMAGES_MORE * image_bytes_max.unwrap_or(0)
-            + freed.bound_per_tree.iter().sum::<usize>() * FREED_PAGE_LOG_BYTES;
-        let op_bytes: Vec<usize> = op_bytes
-            .iter()
-            .zip(&freed.per_op)
-            .map(|(&bytes, &pages)| bytes + pages * FREED_PAGE_LOG_BYTES)
-            .collect();
-        let group_limit = db.group_bytes_max();
-        let new_group = group_starts(&op_bytes, group_more, group_limit);
-        let groups = 1 + new_group.iter().filter(|&&starts| starts).count();
-        let estimated = op_bytes.iter().sum::<usize>() + groups * group_more;
+            match refused {
+                None => break (new_group, estimated),
+                Some(_) if bounded && !exact => exact = true,
+                Some(error) => return Err(error),
+            }
+        };
         drop(inners);
-        let limit = db.batch_bytes_max();
-        if estimated > limit {
-            return Err(Error::BatchTooLarge {
-                estimated_bytes: estimated,
-                limit_bytes: limit,
-            });
-        }
         db.write_spanning(durability, estimated, |writer, split| {
             // Loaded under the write mutex: a compaction cannot swap a
             // tree until this write is logged.
@@ -540,6 +554,10 @@ pub struct ChunkedWriter<'db> {
     pending: WriteBatch,
     /// Whether `pending` holds deletes (then only deletes).
     deletes: bool,
+    /// The pending puts of long values (with overflow pages), by tree id
+    /// and key: a later write of the same key frees their pages, which
+    /// its check (made against the tree) cannot see until they are applied.
+    long_pending: std::collections::HashSet<(u16, Vec<u8>)>,
 }
 
 impl<'db> ChunkedWriter<'db> {
@@ -549,6 +567,7 @@ impl<'db> ChunkedWriter<'db> {
             durability,
             pending: WriteBatch::new(),
             deletes: false,
+            long_pending: std::collections::HashSet::new(),
         }
     }
 
@@ -587,16 +606,32 @@ impl<'db> ChunkedWriter<'db> {
         self.db.make_durable(self.durability)
     }
 
-    fn check(&self, tree: &Tree, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+    fn check(&mut self, tree: &Tree, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         if !std::sync::Arc::ptr_eq(tree.db(), self.db) {
             return Err(Error::InvalidOptions {
                 reason: format!("tree {:?} belongs to another database", tree.name()),
             });
         }
-        check_entry(self.db, &tree.inner(), key, value).map(|_| ())
+        let inner = tree.inner();
+        if !self.long_pending.is_empty()
+            && self.long_pending.contains(&(inner.entry.id, key.to_vec()))
+        {
+            // The pending long value is the one this write replaces.
+            self.apply_pending()?;
+        }
+
+        // As a put's or delete's own check: an operation that could not
+        // be written alone (with the value it replaces) is refused here,
+        // so every part the writer cuts can be applied.
+        check_write(self.db, &inner, key, value)?;
+        if value.is_some_and(|v| overflow_pages(&inner, v.len()) > 0) {
+            self.long_pending.insert((inner.entry.id, key.to_vec()));
+        }
+        Ok(())
     }
 
     fn apply_pending(&mut self) -> Result<()> {
+        self.long_pending.clear();
         if self.pending.is_empty() {
             return Ok(());
         }
