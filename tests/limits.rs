@@ -422,13 +422,7 @@ fn batches_that_free_long_values_are_stored_or_refused_cleanly() {
     for pool_bytes in [2usize << 20, 4 << 20, 16 << 20] {
         for values in [1usize, 4, 12] {
             for overwrite in [false, true] {
-                let dir = tempdir();
-                let db = Db::options()
-                    .buffer_pool_bytes(pool_bytes)
-                    .durability(Durability::NoSync)
-                    .open(dir.path())
-                    .unwrap();
-                let tree = db.create_tree("t", TreeOptions::default()).unwrap();
+                let (dir, db, tree) = small_pool_tree(pool_bytes);
                 let mut model = BTreeMap::new();
                 for i in 0..values {
                     let v = value(&mut rng, 300_000, false);
@@ -490,13 +484,7 @@ fn batches_that_free_long_values_are_stored_or_refused_cleanly() {
 fn a_chunked_writer_frees_long_values_in_a_small_pool() {
     let mut rng = SmallRng::seed_from_u64(0xc4a1);
     for overwrite in [false, true] {
-        let dir = tempdir();
-        let db = Db::options()
-            .buffer_pool_bytes(4 << 20)
-            .durability(Durability::NoSync)
-            .open(dir.path())
-            .unwrap();
-        let tree = db.create_tree("t", TreeOptions::default()).unwrap();
+        let (_dir, db, tree) = small_pool_tree(4 << 20);
         for i in 0..40 {
             tree.put(&key(i), &value(&mut rng, 300_000, false)).unwrap();
         }
@@ -527,13 +515,7 @@ fn a_chunked_writer_frees_long_values_in_a_small_pool() {
 /// overwrite cannot slip a longer one in between the check and the put.
 #[test]
 fn concurrent_overwrites_of_long_values_are_stored_or_refused_cleanly() {
-    let dir = tempdir();
-    let db = Db::options()
-        .buffer_pool_bytes(4 << 20)
-        .durability(Durability::NoSync)
-        .open(dir.path())
-        .unwrap();
-    let tree = db.create_tree("t", TreeOptions::default()).unwrap();
+    let (_dir, db, tree) = small_pool_tree(4 << 20);
     let (stored, refused) = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..3u64)
             .map(|t| {
@@ -570,4 +552,17 @@ fn concurrent_overwrites_of_long_values_are_stored_or_refused_cleanly() {
     );
     tree.put(b"next", b"write").unwrap();
     db.check().unwrap();
+}
+
+/// A database of a `pool_bytes` pool and `NoSync` writes, with one default
+/// tree "t".
+fn small_pool_tree(pool_bytes: usize) -> (tempfile::TempDir, Db, barracuda::Tree) {
+    let dir = tempdir();
+    let db = Db::options()
+        .buffer_pool_bytes(pool_bytes)
+        .durability(Durability::NoSync)
+        .open(dir.path())
+        .unwrap();
+    let tree = db.create_tree("t", TreeOptions::default()).unwrap();
+    (dir, db, tree)
 }
