@@ -557,7 +557,7 @@ pub struct ChunkedWriter<'db> {
     /// The pending puts of long values (with overflow pages), by tree id
     /// and key: a later write of the same key frees their pages, which
     /// its check (made against the tree) cannot see until they are applied.
-    long_pending: std::collections::HashSet<(u16, Vec<u8>)>,
+    long_pending: std::collections::HashMap<u16, std::collections::HashSet<Vec<u8>>>,
 }
 
 impl<'db> ChunkedWriter<'db> {
@@ -567,7 +567,7 @@ impl<'db> ChunkedWriter<'db> {
             durability,
             pending: WriteBatch::new(),
             deletes: false,
-            long_pending: std::collections::HashSet::new(),
+            long_pending: std::collections::HashMap::new(),
         }
     }
 
@@ -613,8 +613,11 @@ impl<'db> ChunkedWriter<'db> {
             });
         }
         let inner = tree.inner();
-        if !self.long_pending.is_empty()
-            && self.long_pending.contains(&(inner.entry.id, key.to_vec()))
+        // Looked up by the borrowed key: no copy per operation.
+        if self
+            .long_pending
+            .get(&inner.entry.id)
+            .is_some_and(|keys| keys.contains(key))
         {
             // The pending long value is the one this write replaces.
             self.apply_pending()?;
@@ -625,7 +628,10 @@ impl<'db> ChunkedWriter<'db> {
         // so every part the writer cuts can be applied.
         check_write(self.db, &inner, key, value)?;
         if value.is_some_and(|v| overflow_pages(&inner, v.len()) > 0) {
-            self.long_pending.insert((inner.entry.id, key.to_vec()));
+            self.long_pending
+                .entry(inner.entry.id)
+                .or_default()
+                .insert(key.to_vec());
         }
         Ok(())
     }

@@ -413,19 +413,27 @@ fn pool_writes(pool_bytes: usize, tree_options: &TreeOptions, seed: u64) {
 /// A batch that replaces or deletes long values frees their overflow pages,
 /// which stay in the pool until the batch is logged, as its new pages do:
 /// it is stored whole, or refused before it changes anything, and the
-/// database stays usable either way. Over pools of 2 to 16 MiB, batches
-/// of 1 to 12 long values, deletes and overwrites.
+/// database stays usable either way. Over pools of 2 to 40 MiB, batches
+/// of 1 to 12 long values of 300 KB and 3 MB, deletes and overwrites.
 #[test]
 fn batches_that_free_long_values_are_stored_or_refused_cleanly() {
     let mut rng = SmallRng::seed_from_u64(0xba7c);
     let (mut stored, mut refused) = (0, 0);
-    for pool_bytes in [2usize << 20, 4 << 20, 16 << 20] {
+    // Values of 300 KB in pools of 2 to 16 MiB, and ten times larger in a
+    // pool ten times larger.
+    let cases = [
+        (2usize << 20, 300_000),
+        (4 << 20, 300_000),
+        (16 << 20, 300_000),
+        (40 << 20, 3_000_000),
+    ];
+    for (pool_bytes, value_len) in cases {
         for values in [1usize, 4, 12] {
             for overwrite in [false, true] {
                 let (dir, db, tree) = small_pool_tree(pool_bytes);
                 let mut model = BTreeMap::new();
                 for i in 0..values {
-                    let v = value(&mut rng, 300_000, false);
+                    let v = value(&mut rng, value_len, false);
                     // Each long value alone fits (or is refused up front).
                     if tree.put(&key(i), &v).is_ok() {
                         model.insert(key(i), v);

@@ -46,24 +46,21 @@ use crate::{
     WriteBatch,
 };
 
-/// A small seeded generator (SplitMix64): the simulator must not depend on
-/// a generator crate's stream staying the same across versions.
+/// A small seeded generator (the pattern family's SplitMix64): the simulator
+/// must not depend on a generator crate's stream staying the same across
+/// versions.
 #[derive(Clone, Debug)]
-pub struct SimRng(u64);
+pub struct SimRng(barracuda_btree::pattern::Rng);
 
 impl SimRng {
     /// A generator for `seed`.
     pub fn new(seed: u64) -> SimRng {
-        SimRng(seed)
+        SimRng(barracuda_btree::pattern::Rng::from_state(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A number in `0..n` (0 when `n` is 0).

@@ -139,6 +139,12 @@ impl Rng {
         Self(seed ^ 0x9E37_79B9_7F4A_7C15)
     }
 
+    /// A generator whose state is `state` as given (the crash simulator's
+    /// seeds name states, and must replay the same streams).
+    pub fn from_state(state: u64) -> Self {
+        Self(state)
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
