@@ -116,6 +116,9 @@ impl Db {
         } else {
             match Wal::peek_checkpoint(log_dir.as_ref()) {
                 Ok(Some(checkpoint)) => {
+                    // An earlier build's log is refused before the trees'
+                    // files are opened (which may restore torn pages).
+                    checkpoint.check_supported()?;
                     FileStamps::decode(&checkpoint.payload)?.map(|stamps| (checkpoint.lsn, stamps))
                 }
                 Ok(None) => {

@@ -28,9 +28,11 @@
 //! meant "cut off at a clean close": a growing ring of which the file holds
 //! nothing), version 3 slots (logs that image pages) and version 4 slots
 //! (logs without zero-fill patches), version 5 slots (logs without logical
-//! entries) and version 6 slots are still read: up to version 6 the log is a
-//! ring in the same file after the slots (`ring.rs`), from version 7 it is
-//! in segment files (`segment.rs`).
+//! entries) and version 6 slots are still decoded, so that the log of an
+//! earlier build is refused as such rather than taken for damage: up to
+//! version 6 the log is a ring in the same file after the slots, a format
+//! this build does not read; from version 7 it is in segment files
+//! (`segment.rs`).
 
 use barracuda_codec::Lsn;
 
@@ -55,20 +57,22 @@ pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"BRCK");
 /// would not find.
 pub const CHECKPOINT_FORMAT_VERSION: u32 = 7;
 
-/// The last version whose log is a ring in the slots' file (still read).
-pub(crate) const CHECKPOINT_V6: u32 = 6;
+/// The last version whose log is a ring in the slots' file (decoded to be
+/// refused).
+const CHECKPOINT_V6: u32 = 6;
 
-/// The version whose logs hold no logical entries (still read).
+/// The version whose logs hold no logical entries (decoded to be refused).
 const CHECKPOINT_V5: u32 = 5;
 
-/// The version whose logs hold no zero-fill patches (still read).
+/// The version whose logs hold no zero-fill patches (decoded to be
+/// refused).
 const CHECKPOINT_V4: u32 = 4;
 
 /// The version whose flag bit 0 meant "cut off at a clean close".
 const CHECKPOINT_V2: u32 = 2;
 
 /// The version whose logs image every page before its first change after
-/// a checkpoint (still read: such a log replays the same way).
+/// a checkpoint (decoded to be refused).
 const CHECKPOINT_V3: u32 = 3;
 
 /// Bytes of a slot header before the payload.
@@ -86,12 +90,17 @@ pub const CHECKPOINT_PAYLOAD_BYTES_MAX: usize = 512 - CHECKPOINT_HEADER_BYTES;
 
 const CRC_OFFSET: usize = 36;
 
+/// The control file's size: the two slots, on a 4 KiB boundary.
+pub(crate) fn control_file_bytes(sector_bytes: u64) -> u64 {
+    (2 * sector_bytes).max(4096).next_multiple_of(sector_bytes)
+}
+
 /// The content of a checkpoint slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
     /// The slot's format version: [`CHECKPOINT_FORMAT_VERSION`] for every
     /// slot this build writes; 6 or less for a log that is a ring in the
-    /// slots' file (read at open, then replaced).
+    /// slots' file, which open refuses ([`Checkpoint::check_supported`]).
     pub format_version: u32,
     /// Grows by one per checkpoint written.
     pub sequence: u64,
@@ -103,9 +112,8 @@ pub struct Checkpoint {
     pub log_bytes: u64,
     /// Versions 2 to 6: the ring is in its first lap since it was made (a
     /// new log) or restarted empty (at a clean close, after a compaction):
-    /// the file may end before the ring does, and nothing of this lap lies
-    /// past its end, so recovery reads that part as zeros. A file shorter
-    /// than its ring without this flag is damage. Always false in version 7.
+    /// the file may end before the ring does. Decoded only: such a log is
+    /// refused. Always false in version 7.
     pub ring_growing: bool,
     /// Opaque bytes for the layer above (at most
     /// [`CHECKPOINT_PAYLOAD_BYTES_MAX`]).
@@ -113,6 +121,20 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// Refuses the slot of a log this build does not read: a log written by
+    /// an earlier build (versions 1 to 6, a ring in the control file). The
+    /// slot decodes, so it is not damage; the log is left as it is.
+    pub(crate) fn check_supported(&self) -> Result<()> {
+        if self.format_version == CHECKPOINT_FORMAT_VERSION {
+            return Ok(());
+        }
+        Err(Error::CheckpointCorrupted {
+            slot: (self.sequence % 2) as usize,
+            reason: "the log was written by an earlier build, in a format (a ring in \
+                     the control file, slot version 1 to 6) that is not supported",
+        })
+    }
+
     /// Encodes the slot into `sector` (zeroing the rest of it), as version
     /// `format_version` (this build writes only its own; tests write older
     /// ones).

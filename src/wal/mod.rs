@@ -31,13 +31,11 @@
 //! corruption instead of being silently cut off. Recovery then zeroes the
 //! window where unsynced bytes of the last flush may remain, so that a
 //! later crash can never replay them after newer records. A log written by
-//! an earlier build (a ring in `wal.log`, slot versions 1 to 6) is copied
-//! into a segment first (`ring.rs`).
+//! an earlier build (a ring in `wal.log`, slot versions 1 to 6) is refused.
 
 mod checkpoint;
 mod reader;
 mod record;
-mod ring;
 mod segment;
 
 use std::sync::Arc;
@@ -264,13 +262,11 @@ impl Wal {
             .log_bytes
             .max(LOG_BYTES_MIN)
             .next_multiple_of(sector_bytes);
-        let mut checkpoint = match read_checkpoint(control.as_ref(), sector_bytes)? {
+        let checkpoint = match read_checkpoint(control.as_ref(), sector_bytes)? {
             Some(checkpoint) => checkpoint,
             None => create(dir.as_ref(), control.as_ref(), sector_bytes, log_bytes)?,
         };
-        if checkpoint.format_version < CHECKPOINT_FORMAT_VERSION {
-            checkpoint = ring::convert(dir.as_ref(), control.as_ref(), &checkpoint)?;
-        }
+        checkpoint.check_supported()?;
         let window_bytes = options.buffer_bytes_max as u64 + GROUP_BYTES_MAX as u64;
         let (segments, start) = recover(
             dir.as_ref(),
@@ -816,7 +812,7 @@ fn create(
     }
     let lsn = first_lsn(sector_bytes);
     segment::create(dir, lsn)?;
-    control.set_len(ring::ring_start_bytes(sector_bytes))?;
+    control.set_len(checkpoint::control_file_bytes(sector_bytes))?;
     let checkpoint = Checkpoint {
         format_version: CHECKPOINT_FORMAT_VERSION,
         sequence: 0,

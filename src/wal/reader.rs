@@ -1,6 +1,5 @@
 //! Recovery's reader: replays redo groups from an LSN until the end of the
-//! log, over any [`LogSource`] (the segment files of this build's logs, or
-//! the ring of a log written by an earlier build, see `ring.rs`).
+//! log, over a [`LogSource`] (the log's segment files).
 
 use barracuda_codec::Lsn;
 
@@ -8,7 +7,7 @@ use super::record::{self, GROUP_HEADER_BYTES, GroupHeader, GroupKind, LoggedGrou
 use crate::error::{Error, Result};
 
 /// How much the reader fetches per read during recovery.
-pub(crate) const RECOVERY_READ_BYTES: u64 = 1 << 20;
+const RECOVERY_READ_BYTES: u64 = 1 << 20;
 
 /// Where the bytes of the log stream lie, for the reader.
 pub(crate) trait LogSource {
@@ -19,9 +18,7 @@ pub(crate) trait LogSource {
     /// sector, as is the length). What no file holds reads as zeros.
     fn read(&self, lsn: u64, out: &mut [u8]) -> Result<()>;
 
-    /// No group lies at or past this LSN: the end of what the files hold
-    /// (segments), or one ring's span after the checkpoint (a ring, whose
-    /// bytes further on are the same bytes again).
+    /// No group lies at or past this LSN: the end of what the files hold.
     fn limit(&self) -> u64;
 }
 

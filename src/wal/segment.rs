@@ -32,8 +32,7 @@ use super::checkpoint::CHECKPOINT_FORMAT_VERSION;
 use super::reader::LogSource;
 use crate::error::{Error, Result};
 
-/// The control file's name: the checkpoint slots (and, written by builds
-/// before segments, the ring: see `ring.rs`).
+/// The control file's name: the checkpoint slots.
 pub const CONTROL_FILE_NAME: &str = "wal.log";
 
 /// Marks a segment header.

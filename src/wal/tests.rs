@@ -723,99 +723,36 @@ fn a_missing_or_damaged_segment_is_an_error() {
     assert!(matches!(err, Error::LogCorrupted { .. }), "{err}");
 }
 
-/// Writes the log an earlier build (checkpoint version 6) left: a ring of
-/// `ring_bytes` after the two slots of the control file, holding groups
-/// `numbers` from `lsn` on, and, if `growing`, the file cut after them.
-fn write_ring_log(
-    dir: &MemLogDir,
-    ring_bytes: u64,
-    lsn: u64,
-    numbers: std::ops::Range<u64>,
-    growing: bool,
-) {
+/// The log of an earlier build (a version 6 slot, its ring after the
+/// slots in the control file) is refused as a format this build does not
+/// read, and left as it was: no segment made, the control file unchanged.
+#[test]
+fn the_log_of_an_earlier_build_is_refused_and_left_as_it_was() {
+    let dir = new_dir();
     let control = dir.control().unwrap();
-    let ring_start = ring::ring_start_bytes(512);
-    let mut rng = SmallRng::seed_from_u64(lsn);
-    let mut stream = Vec::new();
-    record::encode_flush_start(Lsn(lsn), &mut stream);
-    for n in numbers {
-        numbered_group(n, &mut rng).encode_into(Lsn(lsn + stream.len() as u64), &mut stream);
-    }
-    stream.resize(stream.len().next_multiple_of(512), 0);
-    let end = lsn + stream.len() as u64;
-    let file_len = if growing {
-        ring_start + (end - (lsn - lsn % ring_bytes)).min(ring_bytes)
-    } else {
-        ring_start + ring_bytes
-    };
-    control.set_len(file_len).unwrap();
-    let mut at = 0usize;
-    while at < stream.len() {
-        let ring_at = (lsn + at as u64) % ring_bytes;
-        let len = ((ring_bytes - ring_at) as usize).min(stream.len() - at);
-        let mut piece = control.alloc_buf(len);
-        piece.copy_from_slice(&stream[at..at + len]);
-        control.write_at(ring_start + ring_at, &piece).unwrap();
-        at += len;
-    }
+    control
+        .set_len(checkpoint::control_file_bytes(512) + (256 << 10))
+        .unwrap();
     let slot = Checkpoint {
         format_version: 6,
         sequence: 5,
-        lsn: Lsn(lsn),
-        log_bytes: ring_bytes,
-        ring_growing: growing,
+        lsn: Lsn(4096),
+        log_bytes: 256 << 10,
+        ring_growing: false,
         payload: b"catalog".to_vec(),
     };
     write_checkpoint(control.as_ref(), 512, 1, &slot).unwrap();
-}
-
-#[test]
-fn the_ring_of_an_earlier_build_is_moved_into_a_segment_and_replayed() {
-    for (lsn, growing) in [(4096, true), (3 * (256 << 10) - 2048, false)] {
-        let dir = new_dir();
-        write_ring_log(&dir, 256 << 10, lsn, 0..40, growing);
-        let (wal, seen) = replay(&dir, &small()).unwrap();
-        assert_eq!(seen, (0..40).collect::<Vec<_>>(), "lsn {lsn}");
-        let checkpoint = wal.last_checkpoint();
-        assert_eq!(checkpoint.format_version, CHECKPOINT_FORMAT_VERSION);
-        assert_eq!(checkpoint.lsn, Lsn(lsn));
-        assert_eq!(checkpoint.sequence, 6);
-        assert_eq!(checkpoint.payload, b"catalog");
-        assert_eq!(
-            dir.file(CONTROL_FILE_NAME).unwrap().len().unwrap(),
-            ring::ring_start_bytes(512),
-            "the ring is cut off"
-        );
-        // The log goes on after the ring's.
-        let mut rng = SmallRng::seed_from_u64(1);
-        let range = wal.append(&numbered_group(40, &mut rng)).unwrap();
-        wal.flush_to(range.end).unwrap();
-        drop(wal);
-        assert_eq!(
-            replay(&dir, &small()).unwrap().1,
-            (0..41).collect::<Vec<_>>()
-        );
-    }
-}
-
-#[test]
-fn a_conversion_cut_short_is_done_again() {
-    let dir = new_dir();
-    write_ring_log(&dir, 256 << 10, 4096, 0..10, true);
-    let control = dir.file(CONTROL_FILE_NAME).unwrap();
-    let mut ring = control.alloc_buf(control.len().unwrap() as usize);
-    control.read_at(0, &mut ring).unwrap();
-    let (wal, seen) = replay(&dir, &small()).unwrap();
-    assert_eq!(seen, (0..10).collect::<Vec<_>>());
-    drop(wal);
-    // The crash came before the new slot: the control file as it was, a
-    // segment beside it.
-    control.set_len(ring.len() as u64).unwrap();
-    control.write_at(0, &ring).unwrap();
-    assert_eq!(dir.segments().unwrap().len(), 1);
-    let (_, seen) = replay(&dir, &small()).unwrap();
-    assert_eq!(seen, (0..10).collect::<Vec<_>>());
-    assert_eq!(dir.segments().unwrap().len(), 1);
+    let read_all = || {
+        let mut bytes = control.alloc_buf(control.len().unwrap() as usize);
+        control.read_at(0, &mut bytes).unwrap();
+        bytes.to_vec()
+    };
+    let before = read_all();
+    let err = replay(&dir, &small()).expect_err("an earlier build's log");
+    assert!(matches!(err, Error::CheckpointCorrupted { .. }), "{err}");
+    assert!(err.to_string().contains("not supported"), "{err}");
+    assert!(read_all() == before, "the control file changed");
+    assert!(dir.segments().unwrap().is_empty());
 }
 
 /// Appends write `n` as `groups` groups (all but the last continued), the
