@@ -1,10 +1,20 @@
-//! The `barracuda` command: reference benchmarks and admin commands.
+//! The `barracuda` command: admin commands over a database directory.
+//!
+//! The reference benchmarks are the `barracuda-bench` binary
+//! (`crates/bench`).
 
 mod admin;
-mod bench;
-mod cleanup;
+mod ui;
 
-use clap::{Parser, Subcommand};
+/// The helpers' path as `admin.rs` names them: they lived in the benchmark
+/// harness before the benchmarks became a crate of their own.
+mod bench {
+    pub(crate) mod harness {
+        pub(crate) use crate::ui::{int_in, progress_style};
+    }
+}
+
+use clap::Parser;
 
 /// Barracuda: an embeddable key-value store over compressed pages.
 #[derive(Parser, Debug)]
@@ -13,39 +23,10 @@ struct Cli {
     /// Print an error's backtrace too (as does BARRACUDA_BACKTRACE=1).
     #[arg(short = 'v', global = true)]
     backtrace: bool,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Run a benchmark workload and print a table (and JSON with --json).
-    #[command(subcommand)]
-    Bench(BenchCommand),
     /// Admin commands: stat, check, dump, get, put, del, load, recover,
     /// compact.
-    #[command(flatten)]
-    Admin(admin::Command),
-}
-
-#[derive(Subcommand, Debug)]
-enum BenchCommand {
-    /// Compress and decompress pages with every codec.
-    Codec(bench::codec::Args),
-    /// Random O_DIRECT reads and writes through the file layer.
-    Io(bench::io::Args),
-    /// Leaf fill factor of each split policy under an insert pattern.
-    Fill(bench::fill::Args),
-    /// The compression study: queries/s against the key range, per
-    /// configuration, zones A/B/C.
-    Sweep(bench::sweep::Args),
-    /// Pages against rows: hot keys served at acceptable speed per page
-    /// size and compression.
-    Hotset(bench::hotset::Args),
-    /// Range scans with 1 to 8 read I/O threads.
-    Iothreads(bench::iothreads::Args),
-    /// Buffered (Fsync) against O_DIRECT over pool and data sizes.
-    Flush(bench::flush::Args),
+    #[command(subcommand)]
+    command: admin::Command,
 }
 
 /// The environment variable that asks for backtraces of errors.
@@ -62,9 +43,6 @@ fn main() {
     // SAFETY: no other thread exists yet (clap starts none), so nothing
     // reads the environment while it changes.
     unsafe { std::env::set_var("RUST_LIB_BACKTRACE", capture) };
-    // Before any other thread exists too: every thread started later
-    // inherits the blocked signals, which the cleanup thread then takes.
-    cleanup::install();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -72,26 +50,13 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let result = match cli.command {
-        Command::Bench(BenchCommand::Codec(args)) => bench::codec::run(&args),
-        Command::Bench(BenchCommand::Io(args)) => bench::io::run(&args),
-        Command::Bench(BenchCommand::Fill(args)) => bench::fill::run(&args),
-        Command::Bench(BenchCommand::Sweep(args)) => bench::sweep::run(&args),
-        Command::Bench(BenchCommand::Hotset(args)) => bench::hotset::run(&args),
-        Command::Bench(BenchCommand::Iothreads(args)) => bench::iothreads::run(&args),
-        Command::Bench(BenchCommand::Flush(args)) => bench::flush::run(&args),
-        Command::Admin(command) => admin::run(command),
-    };
-    if let Err(error) = result {
-        // An error from data a signal's cleanup removed is not reported.
-        cleanup::exit_if_signalled();
+    if let Err(error) = admin::run(cli.command) {
         eprint!("{}", error_text(&error));
         if backtrace_wanted {
             eprintln!("backtrace:\n{}", error.backtrace());
         }
-        cleanup::exit(1);
+        std::process::exit(1);
     }
-    cleanup::exit_if_signalled();
 }
 
 /// `error: ...` and one `caused by: ...` line per cause that adds

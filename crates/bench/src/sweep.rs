@@ -1,4 +1,4 @@
-//! `barracuda bench sweep`: the compression study
+//! `barracuda-bench sweep`: the compression study
 //! (the reference study of InnoDB compression performance). A table of
 //! `(id u64, old_id u32, text ~3,000 bytes, flags)` about 8x the pool, read
 //! by 16 client threads with `id` uniform in `[1, range]`, each query
@@ -52,7 +52,7 @@ const LOAD_POOL_FACTOR: f64 = 1.6;
 /// Cap of the loading pool.
 const LOAD_POOL_BYTES_MAX: u64 = 8 << 30;
 
-/// Options of `barracuda bench sweep`.
+/// Options of `barracuda-bench sweep`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]

@@ -58,9 +58,9 @@ pub struct Setup {
     /// (`Options::log_bytes`); its files hold only the log since then.
     pub barracuda_log_bytes: u64,
     /// Barracuda only: its I/O backend (`Options::io_backend`).
-    pub barracuda_io: barracuda::io::Backend,
+    pub barracuda_io: barracuda_io::Backend,
     /// Barracuda only: `Options::flush_method`.
-    pub barracuda_flush: barracuda::io::FlushMethod,
+    pub barracuda_flush: barracuda_io::FlushMethod,
     /// Barracuda only: `Options::os_cache_tier`.
     pub barracuda_os_cache_tier: bool,
     /// Barracuda only: the part of `cache_bytes` its record cache may take

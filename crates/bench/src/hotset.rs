@@ -1,4 +1,4 @@
-//! `barracuda bench hotset`: pages against rows
+//! `barracuda-bench hotset`: pages against rows
 //! (the reference study of caching pages against rows). A sysbench
 //! `sbtest` table with a pool scaled like 128 MB to 10M rows; a hot set of
 //! random keys grows 20% per step, each hot key read once before timing,
@@ -51,7 +51,7 @@ const GROUP_DIGITS: usize = 11;
 /// sysbench's `k` is uniform in `[1, table_size]`.
 const SEED_KEYS: u64 = 0x686f_7473_6574;
 
-/// Options of `barracuda bench hotset`.
+/// Options of `barracuda-bench hotset`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]

@@ -14,7 +14,7 @@
 //! - `prefetch`: read 64 evicted pages ahead then fix them all, against
 //!   64 plain misses, on the O_DIRECT data file.
 //!
-//! Run: `cargo bench --bench pool`.
+//! Run: `cargo bench -p barracuda-bench --bench pool`.
 
 use std::hint::black_box;
 use std::sync::Arc;

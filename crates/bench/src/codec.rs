@@ -1,4 +1,4 @@
-//! `barracuda bench codec`: compress and decompress pages with every codec and
+//! `barracuda-bench codec`: compress and decompress pages with every codec and
 //! report the ratio and the speed, like a small `lzbench` over the block
 //! format.
 //!
@@ -23,7 +23,7 @@ use serde::Serialize;
 /// The codecs measured unless `--codecs` says otherwise.
 const CODECS_DEFAULT: &str = "none,zlib-1,zlib-6,zlib-9,zstd-1,zstd-3,zstd-9,zstd-19";
 
-/// Options of `barracuda bench codec`.
+/// Options of `barracuda-bench codec`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The fraction of its size a page compresses to (db_bench's

@@ -1,4 +1,4 @@
-//! `barracuda bench flush`: buffered I/O (`Fsync`) against `O_DIRECT` over
+//! `barracuda-bench flush`: buffered I/O (`Fsync`) against `O_DIRECT` over
 //! pool sizes and data sizes (the reference study of `innodb_flush_method`).
 //! The sweep's uncompressed table, read by 16 clients with `id` uniform over
 //! all rows; the OS cache of the data file is dropped
@@ -22,7 +22,7 @@ const POOLS_MIB_DEFAULT: &str = "8,32,128,512";
 /// Data sizes, MiB: one that fits the largest pool, one that does not.
 const DATA_MIB_DEFAULT: &str = "192,768";
 
-/// Options of `barracuda bench flush`.
+/// Options of `barracuda-bench flush`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]

@@ -1,4 +1,4 @@
-//! `barracuda bench io`: random O_DIRECT reads and writes on a preallocated
+//! `barracuda-bench io`: random O_DIRECT reads and writes on a preallocated
 //! file through the file layer, optionally interleaved with fio on the same
 //! file, reported as a table (IOPS, MB/s, p50/p99 latency) and JSON.
 //!
@@ -31,7 +31,7 @@ use serde::Serialize;
 /// Preallocation writes the file in pieces of this size.
 const FILL_CHUNK_BYTES: usize = 1 << 20;
 
-/// Options of `barracuda bench io`.
+/// Options of `barracuda-bench io`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// The data file (created and filled if shorter than --size-mib, and

@@ -405,7 +405,7 @@ impl DbStore {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         for entry in std::fs::read_dir(&self.dir)? {
             let entry = entry?;
-            if entry.file_name() == barracuda::io::LOCK_FILE_NAME {
+            if entry.file_name() == barracuda_io::LOCK_FILE_NAME {
                 continue;
             }
             std::fs::copy(entry.path(), dir.join(entry.file_name()))

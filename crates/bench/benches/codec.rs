@@ -5,7 +5,7 @@
 //!
 //! Pages are db_bench-style text compressible to 0.5; set
 //! `BARRACUDA_BENCH_CORPUS=/path/to/text` to slice pages from a real text file
-//! instead. Run: `cargo bench --bench codec`.
+//! instead. Run: `cargo bench -p barracuda-bench --bench codec`.
 
 use std::hint::black_box;
 

@@ -24,7 +24,7 @@
 //! - `load`: nothing (the load alone).
 //!
 //! ```sh
-//! cargo build --release --example profile_rows
+//! cargo build --release -p barracuda-bench --example profile_rows
 //! perf record -g target/release/examples/profile_rows get 100000 /mnt/ext4/dir
 //! ```
 //!

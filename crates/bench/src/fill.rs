@@ -1,4 +1,4 @@
-//! `barracuda bench fill`: leaf fill factor of each split policy under an
+//! `barracuda-bench fill`: leaf fill factor of each split policy under an
 //! insert pattern (reproduces the TPC-C order-table degradation of the
 //! reference study of B-tree structure degradation under OLTP inserts).
 
@@ -20,7 +20,7 @@ const ZIPF_THETA: f64 = 0.99;
 /// Seed of every generator, so runs are repeatable.
 const SEED: u64 = 0x4261_7272_6163_7564;
 
-/// Options of `barracuda bench fill`.
+/// Options of `barracuda-bench fill`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Insert pattern: tpcc-orders, ascending, descending, random, zipf, or

@@ -1,4 +1,4 @@
-//! `barracuda bench fill --pattern family|sweep`: leaf fill of every split
+//! `barracuda-bench fill --pattern family|sweep`: leaf fill of every split
 //! policy on workloads of the pattern family
 //! (`barracuda_btree::pattern`), beside the offline oracle's.
 

@@ -1,4 +1,4 @@
-//! `barracuda bench iothreads`: the range query of
+//! `barracuda-bench iothreads`: the range query of
 //! the reference study of InnoDB I/O threads on SSDs,
 //! `min(old_id) where id between r and r+1000` (a cursor over 1,000 rows)
 //! over the sweep's uncompressed table, with `read_io_threads` 1, 2, 4 and
@@ -28,7 +28,7 @@ const POOL_MIB_DEFAULT: u64 = 16;
 /// The table is about this many times the pool.
 const DATA_TO_POOL: u64 = 8;
 
-/// Options of `barracuda bench iothreads`.
+/// Options of `barracuda-bench iothreads`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
