@@ -2,7 +2,6 @@
 //! as rebuilds, compactions and splits make them.
 
 use super::*;
-use crate::store::PageWrite;
 use barracuda_codec::PageId;
 
 /// Header fields of a rebuilt page.
@@ -56,11 +55,17 @@ impl Layout {
 /// Rebuilds the page from `recs` (key order), compacting the heap but keeping
 /// records in their old heap order so unchanged records mostly stay in place,
 /// and writes only the differing bytes. Keeps the page LSN.
-pub fn rebuild<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf], order: HeapOrder) {
+pub fn rebuild<G: PageMut>(g: &mut G, layout: &Layout, recs: &[RecBuf], order: HeapOrder) {
     let image = build_image(&g[..], layout, recs, GROUP_RECORDS_BUILD, order);
-    g.write_rebuilt(&image, |old| {
-        crate::recipe::encode(old, layout, recs, GROUP_RECORDS_BUILD, order)
-    });
+    g.put_rebuilt(
+        &image,
+        &Rebuild {
+            layout,
+            recs,
+            group_records: GROUP_RECORDS_BUILD,
+            order,
+        },
+    );
 }
 
 /// How a rebuilt page lays out its heap.
@@ -85,11 +90,17 @@ pub fn rebuilt_image(old: &[u8], layout: &Layout, recs: &[RecBuf], order: HeapOr
 /// directory is never larger than any valid directory of the same records:
 /// records that fitted the page still fit after the compaction. Used where a
 /// page is compacted in place (to make room, to restore, to absorb a child).
-pub fn compact<G: PageWrite>(g: &mut G, layout: &Layout, recs: &[RecBuf], order: HeapOrder) {
+pub fn compact<G: PageMut>(g: &mut G, layout: &Layout, recs: &[RecBuf], order: HeapOrder) {
     let image = build_image(&g[..], layout, recs, GROUP_RECORDS_MAX, order);
-    g.write_rebuilt(&image, |old| {
-        crate::recipe::encode(old, layout, recs, GROUP_RECORDS_MAX, order)
-    });
+    g.put_rebuilt(
+        &image,
+        &Rebuild {
+            layout,
+            recs,
+            group_records: GROUP_RECORDS_MAX,
+            order,
+        },
+    );
 }
 
 pub(crate) fn build_image(

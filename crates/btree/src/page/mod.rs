@@ -10,16 +10,21 @@
 //! predecessor's `next`, one slot's count and a few header bytes; only when a
 //! group overflows does a directory tail shift (4 bytes per later slot).
 //!
-//! Readers here take `&[u8]`; writers take a [`PageWrite`](crate::store::PageWrite) guard so that every
-//! change is a recorded patch.
+//! Readers here take `&[u8]`; writers take a [`PageMut`]. This layer only
+//! arranges bytes: it knows nothing of stores, patches or the log. The
+//! recipe layer makes every store guard a [`PageMut`] whose writes become
+//! recorded patches, and whose rebuilds ([`Rebuild`]) carry what a store
+//! that logs may log instead of the bytes.
 //!
 //! By role, as a page is used: `access` reads header fields and records,
 //! `search` finds a key, `record` holds records out of their page,
-//! `build` makes whole images, `mutate` changes a page in place, and
-//! `overflow` lays out the links of long values' chains.
+//! `build` makes whole images, `mutate` changes a page in place,
+//! `overflow` lays out the links of long values' chains, and `check`
+//! checks one page's own structure.
 
 mod access;
 mod build;
+mod check;
 mod mutate;
 mod overflow;
 mod record;
@@ -27,12 +32,14 @@ mod search;
 
 pub use access::*;
 pub use build::*;
+pub(crate) use check::{check_structure, violation};
 pub use mutate::*;
 pub use overflow::*;
 pub use record::*;
 pub use search::*;
 
 use crate::error::{Error, Result};
+use std::ops::Deref;
 
 /// The first bytes of every page belong to the codec (a copy of the block
 /// header after decompression; patches may not touch them). The tree's own
@@ -173,4 +180,32 @@ fn u64_at(p: &[u8], off: usize) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&p[off..off + 8]);
     u64::from_le_bytes(b)
+}
+
+/// The write side of a page as the layout code sees it: bytes written at an
+/// offset, and whole rebuilt images. Every store guard is one (the recipe
+/// layer implements this for every store guard): its writes become
+/// recorded patches, and a rebuild may be logged by how it was made.
+pub trait PageMut: Deref<Target = [u8]> {
+    /// Writes `bytes` at `offset`.
+    fn put(&mut self, offset: usize, bytes: &[u8]);
+
+    /// Writes `image`, a rebuild of this page made as `how` says from the
+    /// page as it is now.
+    fn put_rebuilt(&mut self, image: &[u8], how: &Rebuild<'_>);
+}
+
+/// How a page image was rebuilt from records ([`rebuild`], [`compact`]):
+/// enough to make the same image again from the page it replaces, which a
+/// store that logs may log instead of the bytes (a rebuild recipe).
+#[derive(Clone, Copy)]
+pub struct Rebuild<'a> {
+    /// The rebuilt page's header fields.
+    pub layout: &'a Layout,
+    /// The records, in key order.
+    pub recs: &'a [RecBuf],
+    /// Records per directory group.
+    pub group_records: usize,
+    /// How the heap is laid out.
+    pub order: HeapOrder,
 }

@@ -1,27 +1,26 @@
 //! Page mutators: in-place changes of one page (header fields, an insert,
-//! a removal, a value overwritten), written through a [`PageWrite`](crate::store::PageWrite) guard.
+//! a removal, a value overwritten), written through a [`PageMut`].
 
 use super::*;
-use crate::store::PageWrite;
 use barracuda_codec::PageId;
 
-fn write16<G: PageWrite>(g: &mut G, off: usize, v: usize) {
-    g.write(off, &field16(v).to_le_bytes());
+fn write16<G: PageMut>(g: &mut G, off: usize, v: usize) {
+    g.put(off, &field16(v).to_le_bytes());
 }
 
 /// Sets the page flags.
-pub fn set_flags<G: PageWrite>(g: &mut G, value: u16) {
+pub fn set_flags<G: PageMut>(g: &mut G, value: u16) {
     if flags(g) != value {
         write16(g, H_FLAGS, usize::from(value));
     }
 }
 /// Sets the left sibling.
-pub fn set_left<G: PageWrite>(g: &mut G, id: Option<PageId>) {
-    g.write(H_LEFT, &raw_link(id).to_le_bytes());
+pub fn set_left<G: PageMut>(g: &mut G, id: Option<PageId>) {
+    g.put(H_LEFT, &raw_link(id).to_le_bytes());
 }
 /// Sets the right sibling (or overflow next link).
-pub fn set_right<G: PageWrite>(g: &mut G, id: Option<PageId>) {
-    g.write(H_RIGHT, &raw_link(id).to_le_bytes());
+pub fn set_right<G: PageMut>(g: &mut G, id: Option<PageId>) {
+    g.put(H_RIGHT, &raw_link(id).to_le_bytes());
 }
 
 /// True if a record of `len` bytes can be inserted within `limit_bytes` of
@@ -33,7 +32,7 @@ pub fn has_room(p: &[u8], len: usize, limit_bytes: usize) -> bool {
 
 /// Compacts the heap if the contiguous free space is too small for `len`;
 /// true if it did.
-fn make_room<G: PageWrite>(g: &mut G, len: usize) -> bool {
+fn make_room<G: PageMut>(g: &mut G, len: usize) -> bool {
     if heap_top(g) + len + 2 * SLOT_BYTES <= directory_start(g) {
         return false;
     }
@@ -47,41 +46,9 @@ fn make_room<G: PageWrite>(g: &mut G, len: usize) -> bool {
     true
 }
 
-/// [`insert`], where `pr` is what [`probe`] answers for `rec`'s key (or
-/// [`probe_in`], which answers the same): the guard may log the record
-/// instead of the bytes, and redo inserts it the same way
-/// ([`crate::recipe::redo_insert`]).
-pub fn insert_logged<G: PageWrite>(g: &mut G, pr: Probe, rec: RecRef<'_>) {
-    g.write_logged(crate::store::LogicalKind::Insert, &mut |g| {
-        insert(g, pr, rec);
-        crate::recipe::encode_insert(rec)
-    });
-}
-
-/// [`remove`] of the record `pr` found for `key` (as [`probe`] or
-/// [`probe_in`] finds it), then [`set_flags`] to what `flags` answers for
-/// the page after the removal: the guard may log the key and the flags
-/// instead of the bytes, and redo makes the same change
-/// ([`crate::recipe::redo_delete`]).
-pub fn remove_logged<G: PageWrite>(
-    g: &mut G,
-    pr: Probe,
-    key: &[u8],
-    flags: impl Fn(&[u8]) -> u16,
-) -> u16 {
-    let mut set = 0;
-    g.write_logged(crate::store::LogicalKind::Delete, &mut |g| {
-        remove(g, pr);
-        set = flags(g);
-        set_flags(g, set);
-        crate::recipe::encode_delete(key, set)
-    });
-    set
-}
-
 /// Inserts `rec` at the point `pr` found (which must be a miss). The caller
 /// checked [`has_room`]. Returns the new record's offset.
-pub fn insert<G: PageWrite>(g: &mut G, pr: Probe, rec: RecRef<'_>) -> usize {
+pub fn insert<G: PageMut>(g: &mut G, pr: Probe, rec: RecRef<'_>) -> usize {
     debug_assert_eq!(pr.found, 0);
     // A compaction moves records: probe again (cheap, in-page).
     let pr = if make_room(g, rec.len()) {
@@ -104,7 +71,7 @@ pub fn insert<G: PageWrite>(g: &mut G, pr: Probe, rec: RecRef<'_>) -> usize {
     let len = RECORD_HEADER_BYTES + key.len() + rec.value.len();
     with_scratch(len, |buf| {
         rec.encode_into(buf, next, key);
-        g.write(off, buf);
+        g.put(off, buf);
     });
     if pr.pred == 0 {
         write16(g, H_FIRST_RECORD, off);
@@ -123,12 +90,12 @@ pub fn insert<G: PageWrite>(g: &mut G, pr: Probe, rec: RecRef<'_>) -> usize {
         iflags |= INSERT_WAS_MIN;
     }
     if insert_flags(g) != iflags {
-        g.write(H_INSERT_FLAGS, &[iflags]);
+        g.put(H_INSERT_FLAGS, &[iflags]);
     }
     off
 }
 
-fn add_to_group<G: PageWrite>(g: &mut G, pr: Probe, off: usize) {
+fn add_to_group<G: PageMut>(g: &mut G, pr: Probe, off: usize) {
     let n = slot_count(g);
     if n == 0 {
         write_slots(g, 0, &[(off, 1)], 0);
@@ -152,7 +119,7 @@ fn add_to_group<G: PageWrite>(g: &mut G, pr: Probe, off: usize) {
 
 /// Replaces `old_count` slots starting at `s` with `new` slots, shifting the
 /// directory tail only when the slot count changes, in one patch.
-fn write_slots<G: PageWrite>(g: &mut G, s: usize, new: &[(usize, usize)], old_count: usize) {
+fn write_slots<G: PageMut>(g: &mut G, s: usize, new: &[(usize, usize)], old_count: usize) {
     let n = slot_count(g);
     let size = g.len();
     // The slots from `s` on: `new`, then (if the count changes) the old
@@ -185,7 +152,7 @@ fn write_slots<G: PageWrite>(g: &mut G, s: usize, new: &[(usize, usize)], old_co
                 buf[at..at + 2].copy_from_slice(&field16(off).to_le_bytes());
                 buf[at + 2..at + 4].copy_from_slice(&field16(count).to_le_bytes());
             }
-            g.write(low, buf);
+            g.put(low, buf);
         });
     }
     if new_n != n {
@@ -194,7 +161,7 @@ fn write_slots<G: PageWrite>(g: &mut G, s: usize, new: &[(usize, usize)], old_co
 }
 
 /// Removes the record `pr.found`. Returns its length.
-pub fn remove<G: PageWrite>(g: &mut G, pr: Probe) -> usize {
+pub fn remove<G: PageMut>(g: &mut G, pr: Probe) -> usize {
     let off = pr.found;
     debug_assert_ne!(off, 0);
     let len = rec_len(g, off);
@@ -219,7 +186,7 @@ pub fn remove<G: PageWrite>(g: &mut G, pr: Probe) -> usize {
     write16(g, H_GARBAGE, garbage_bytes(g) + len);
     if last_insert(g) == off {
         write16(g, H_LAST_INSERT, 0);
-        g.write(H_INSERT_FLAGS, &[0]);
+        g.put(H_INSERT_FLAGS, &[0]);
     }
     // Merges only ever remove the right one of two children, so the first
     // record of an internal page (minus infinity) is never removed.
@@ -230,7 +197,7 @@ pub fn remove<G: PageWrite>(g: &mut G, pr: Probe) -> usize {
     len
 }
 
-fn merge_small_group<G: PageWrite>(g: &mut G, s: usize) {
+fn merge_small_group<G: PageMut>(g: &mut G, s: usize) {
     // Groups below this size merge with the next one, keeping the directory
     // sparse after deletes.
     const GROUP_RECORDS_MIN: usize = 2;
@@ -246,11 +213,11 @@ fn merge_small_group<G: PageWrite>(g: &mut G, s: usize) {
 
 /// Overwrites the flags and stored value of the record at `off` with a value
 /// of the same length.
-pub fn overwrite_value<G: PageWrite>(g: &mut G, off: usize, flags: u8, value: &[u8]) {
+pub fn overwrite_value<G: PageMut>(g: &mut G, off: usize, flags: u8, value: &[u8]) {
     let klen = u16_at(g, off + 2);
     debug_assert_eq!(u16_at(g, off + 4), value.len());
     if rec_flags(g, off) != flags {
-        g.write(off + 6, &[flags]);
+        g.put(off + 6, &[flags]);
     }
-    g.write(off + RECORD_HEADER_BYTES + klen, value);
+    g.put(off + RECORD_HEADER_BYTES + klen, value);
 }

@@ -2,15 +2,14 @@
 //! payload.
 
 use super::*;
-use crate::store::PageWrite;
 use barracuda_codec::PageId;
 
 /// Initializes an overflow page with `payload` (at most
 /// [`overflow_payload_bytes_max`] bytes) and a next link.
-pub fn write_overflow<G: PageWrite>(g: &mut G, payload: &[u8], next: Option<PageId>) {
+pub fn write_overflow<G: PageMut>(g: &mut G, payload: &[u8], next: Option<PageId>) {
     let head = overflow_header(g.len(), payload, next);
-    g.write(CODEC_RESERVED_BYTES, &head[CODEC_RESERVED_BYTES..]);
-    g.write(PAGE_HEADER_BYTES, payload);
+    g.put(CODEC_RESERVED_BYTES, &head[CODEC_RESERVED_BYTES..]);
+    g.put(PAGE_HEADER_BYTES, payload);
 }
 
 /// The image [`write_overflow`] gives a zeroed page of `page_size_bytes`

@@ -71,7 +71,7 @@ impl<S: PageStore> Tree<S> {
             let root = leaf.page_id() == self.root;
             if root || stays_full || (hint.right_in_parent && self.stays_unmerged(&leaf, len)?) {
                 let chain = overflow_chain(&leaf, pr.found);
-                page::remove_logged(&mut leaf, pr, key, |p| {
+                crate::recipe::remove_logged(&mut leaf, pr, key, |p| {
                     if root || stays_full {
                         page::flags(p) & !FLAG_GROWING
                     } else {
@@ -146,7 +146,7 @@ impl<S: PageStore> Tree<S> {
         // rebalance that cannot be made leaves a valid tree behind.
         let root = leaf.page_id() == self.root;
         let threshold = self.threshold_bytes();
-        let flags = page::remove_logged(leaf, pr, key, |p| {
+        let flags = crate::recipe::remove_logged(leaf, pr, key, |p| {
             if !root && page::used_bytes(p) < threshold {
                 page::flags(p) | FLAG_GROWING
             } else {

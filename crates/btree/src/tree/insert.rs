@@ -139,7 +139,7 @@ impl<S: PageStore> Tree<S> {
                 if !page::has_room(leaf, rec.len(), limit) {
                     return Ok(LeafOutcome::Full);
                 }
-                page::insert_logged(leaf, pr, rec);
+                crate::recipe::insert_logged(leaf, pr, rec);
             }
         }
         self.mark_if_sparse(leaf);

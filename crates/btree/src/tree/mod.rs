@@ -386,7 +386,7 @@ impl<S: PageStore> Tree<S> {
         if matches!(
             page::page_type(g),
             Some(PageType::Leaf | PageType::Internal)
-        ) && let Err(e) = crate::check::check_structure(g, g.page_id())
+        ) && let Err(e) = page::check_structure(g, g.page_id())
         {
             panic!("commit of a malformed page: {e}");
         }
