@@ -397,7 +397,7 @@ pub fn insert_logged<G: PageWrite>(g: &mut G, pr: Probe, rec: RecRef<'_>) {
 /// the page after the removal: the guard may log the key and the flags
 /// instead of the bytes, and redo makes the same change
 /// ([`redo_delete`]).
-pub fn remove_logged<G: PageWrite>(
+pub(crate) fn remove_logged<G: PageWrite>(
     g: &mut G,
     pr: Probe,
     key: &[u8],

@@ -5,7 +5,7 @@ use super::*;
 use barracuda_codec::PageId;
 
 /// The page type, or `None` for an unknown byte.
-pub fn page_type(p: &[u8]) -> Option<PageType> {
+pub(crate) fn page_type(p: &[u8]) -> Option<PageType> {
     match p[H_TYPE] {
         0 => Some(PageType::Free),
         1 => Some(PageType::Leaf),
@@ -31,11 +31,11 @@ pub fn record_count(p: &[u8]) -> usize {
     u16_at(p, H_RECORD_COUNT)
 }
 /// End of the record heap.
-pub fn heap_top(p: &[u8]) -> usize {
+pub(crate) fn heap_top(p: &[u8]) -> usize {
     u16_at(p, H_HEAP_TOP)
 }
 /// Bytes of deleted records still in the heap.
-pub fn garbage_bytes(p: &[u8]) -> usize {
+pub(crate) fn garbage_bytes(p: &[u8]) -> usize {
     u16_at(p, H_GARBAGE)
 }
 /// Directory slots.
@@ -47,11 +47,11 @@ pub fn first_record(p: &[u8]) -> usize {
     u16_at(p, H_FIRST_RECORD)
 }
 /// Offset of the last inserted record, 0 if unknown.
-pub fn last_insert(p: &[u8]) -> usize {
+pub(crate) fn last_insert(p: &[u8]) -> usize {
     u16_at(p, H_LAST_INSERT)
 }
 /// [`INSERT_WAS_MAX`] / [`INSERT_WAS_MIN`] of the last insert.
-pub fn insert_flags(p: &[u8]) -> u8 {
+pub(crate) fn insert_flags(p: &[u8]) -> u8 {
     p[H_INSERT_FLAGS]
 }
 /// Left sibling (leaves only).
@@ -78,7 +78,7 @@ pub fn record_bytes(p: &[u8]) -> usize {
     heap_top(p) - garbage_bytes(p) - PAGE_HEADER_BYTES
 }
 /// Start of the directory.
-pub fn directory_start(p: &[u8]) -> usize {
+pub(crate) fn directory_start(p: &[u8]) -> usize {
     p.len() - SLOT_BYTES * slot_count(p)
 }
 
@@ -89,11 +89,11 @@ pub fn slot(p: &[u8], i: usize) -> (usize, usize) {
 }
 
 /// Next record in key order, 0 at the end.
-pub fn rec_next(p: &[u8], off: usize) -> usize {
+pub(crate) fn rec_next(p: &[u8], off: usize) -> usize {
     u16_at(p, off)
 }
 /// Total bytes of the record at `off`.
-pub fn rec_len(p: &[u8], off: usize) -> usize {
+pub(crate) fn rec_len(p: &[u8], off: usize) -> usize {
     RECORD_HEADER_BYTES + u16_at(p, off + 2) + u16_at(p, off + 4)
 }
 /// Key of the record at `off`.
@@ -132,7 +132,7 @@ pub fn records(p: &[u8]) -> RecordIter<'_> {
 /// Record offsets in key order from the first key past `bound` of a leaf,
 /// found through the slot directory ([`probe_in`], with the key span its
 /// parent gives the leaf, if known) instead of a walk from the first record.
-pub fn leaf_records_from<'a>(
+pub(crate) fn leaf_records_from<'a>(
     p: &'a [u8],
     bound: std::ops::Bound<&[u8]>,
     span: Option<&KeySpan>,

@@ -205,7 +205,7 @@ pub(crate) fn field16(v: usize) -> u16 {
 }
 
 /// The current layout of a page (to rebuild it with the same header).
-pub fn layout_of(p: &[u8]) -> Layout {
+pub(crate) fn layout_of(p: &[u8]) -> Layout {
     Layout {
         page_type: page_type(p).unwrap_or(PageType::Free),
         level: level(p),

@@ -34,7 +34,7 @@ pub use access::*;
 pub use build::*;
 pub(crate) use check::{check_structure, violation};
 pub use mutate::*;
-pub use overflow::*;
+pub(crate) use overflow::*;
 pub use record::*;
 pub use search::*;
 
@@ -121,7 +121,7 @@ pub fn overflow_payload_bytes_max(page_size_bytes: usize) -> usize {
 }
 
 /// Validates a page size.
-pub fn check_page_size(page_size_bytes: usize) -> Result<()> {
+pub(crate) fn check_page_size(page_size_bytes: usize) -> Result<()> {
     if !(PAGE_SIZE_BYTES_MIN..=PAGE_SIZE_BYTES_MAX).contains(&page_size_bytes)
         || !page_size_bytes.is_power_of_two()
     {

@@ -15,7 +15,7 @@ pub fn set_flags<G: PageMut>(g: &mut G, value: u16) {
     }
 }
 /// Sets the left sibling.
-pub fn set_left<G: PageMut>(g: &mut G, id: Option<PageId>) {
+pub(crate) fn set_left<G: PageMut>(g: &mut G, id: Option<PageId>) {
     g.put(H_LEFT, &raw_link(id).to_le_bytes());
 }
 /// Sets the right sibling (or overflow next link).
@@ -213,7 +213,7 @@ fn merge_small_group<G: PageMut>(g: &mut G, s: usize) {
 
 /// Overwrites the flags and stored value of the record at `off` with a value
 /// of the same length.
-pub fn overwrite_value<G: PageMut>(g: &mut G, off: usize, flags: u8, value: &[u8]) {
+pub(crate) fn overwrite_value<G: PageMut>(g: &mut G, off: usize, flags: u8, value: &[u8]) {
     let klen = u16_at(g, off + 2);
     debug_assert_eq!(u16_at(g, off + 4), value.len());
     if rec_flags(g, off) != flags {

@@ -6,7 +6,7 @@ use barracuda_codec::PageId;
 
 /// Initializes an overflow page with `payload` (at most
 /// [`overflow_payload_bytes_max`] bytes) and a next link.
-pub fn write_overflow<G: PageMut>(g: &mut G, payload: &[u8], next: Option<PageId>) {
+pub(crate) fn write_overflow<G: PageMut>(g: &mut G, payload: &[u8], next: Option<PageId>) {
     let head = overflow_header(g.len(), payload, next);
     g.put(CODEC_RESERVED_BYTES, &head[CODEC_RESERVED_BYTES..]);
     g.put(PAGE_HEADER_BYTES, payload);
@@ -14,7 +14,11 @@ pub fn write_overflow<G: PageMut>(g: &mut G, payload: &[u8], next: Option<PageId
 
 /// The image [`write_overflow`] gives a zeroed page of `page_size_bytes`
 /// (the codec's reserved bytes zero).
-pub fn overflow_image(page_size_bytes: usize, payload: &[u8], next: Option<PageId>) -> Vec<u8> {
+pub(crate) fn overflow_image(
+    page_size_bytes: usize,
+    payload: &[u8],
+    next: Option<PageId>,
+) -> Vec<u8> {
     let mut image = vec![0u8; page_size_bytes];
     let head = overflow_header(page_size_bytes, payload, next);
     image[CODEC_RESERVED_BYTES..PAGE_HEADER_BYTES].copy_from_slice(&head[CODEC_RESERVED_BYTES..]);
@@ -42,7 +46,7 @@ fn overflow_header(
 }
 
 /// Payload of an overflow page.
-pub fn overflow_payload(p: &[u8]) -> &[u8] {
+pub(crate) fn overflow_payload(p: &[u8]) -> &[u8] {
     let end = match heap_top(p) {
         // Files written before payloads were bounded by
         // `overflow_payload_bytes_max` hold full 64 KiB overflow pages whose

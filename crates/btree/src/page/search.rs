@@ -237,7 +237,7 @@ fn last_of_group(p: &[u8], s: usize) -> usize {
 
 /// The child of an internal page that covers `key`: the last record whose
 /// key is <= `key` (the first record counts as minus infinity).
-pub fn child_for(p: &[u8], key: &[u8]) -> (usize, PageId) {
+pub(crate) fn child_for(p: &[u8], key: &[u8]) -> (usize, PageId) {
     let pr = probe(p, key);
     let off = if pr.found != 0 {
         pr.found
