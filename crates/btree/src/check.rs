@@ -2,10 +2,8 @@
 //! shared latch at a time, so they expect a quiescent tree (no concurrent
 //! writers); under concurrent writes they may report false violations.
 
-use crate::error::{Error, Result};
-use crate::page::{
-    self, FLAG_GROWING, GROUP_RECORDS_MAX, PAGE_HEADER_BYTES, PageType, REC_OVERFLOW,
-};
+use crate::error::Result;
+use crate::page::{self, FLAG_GROWING, PageType, REC_OVERFLOW, check_structure, violation};
 use crate::store::PageStore;
 use crate::tree::{SplitCounts, Tree, decode_overflow_ref};
 use barracuda_codec::PageId;
@@ -41,73 +39,6 @@ struct Walk {
     leaf_depth: Option<usize>,
     /// Records in the leaves visited.
     entry_count: u64,
-}
-
-fn violation(page_id: PageId, reason: impl Into<String>) -> Error {
-    Error::Invariant {
-        page_id,
-        reason: reason.into(),
-    }
-}
-
-/// Checks one page's own structure: record list, heap accounting, directory.
-pub(crate) fn check_structure(p: &[u8], id: PageId) -> Result<()> {
-    let n = page::record_count(p);
-    let top = page::heap_top(p);
-    if top < PAGE_HEADER_BYTES || top > page::directory_start(p) {
-        return Err(violation(
-            id,
-            format!("heap top {top} outside the free area"),
-        ));
-    }
-    let mut offs = Vec::with_capacity(n);
-    let mut live_bytes = 0;
-    let mut cur = page::first_record(p);
-    while cur != 0 {
-        if offs.len() == n || cur < PAGE_HEADER_BYTES || cur + page::RECORD_HEADER_BYTES > top {
-            return Err(violation(
-                id,
-                "record list longer than the count or out of the heap",
-            ));
-        }
-        let len = page::rec_len(p, cur);
-        if cur + len > top {
-            return Err(violation(
-                id,
-                format!("record at {cur} runs past the heap top"),
-            ));
-        }
-        live_bytes += len;
-        offs.push(cur);
-        cur = page::rec_next(p, cur);
-    }
-    if offs.len() != n {
-        return Err(violation(
-            id,
-            format!("{} records listed, {n} counted", offs.len()),
-        ));
-    }
-    if live_bytes + page::garbage_bytes(p) + PAGE_HEADER_BYTES != top {
-        return Err(violation(
-            id,
-            "live + garbage bytes do not add up to the heap top",
-        ));
-    }
-    let mut at = 0;
-    for s in 0..page::slot_count(p) {
-        let (first, count) = page::slot(p, s);
-        if count == 0 || count > GROUP_RECORDS_MAX || offs.get(at) != Some(&first) {
-            return Err(violation(id, format!("directory slot {s} is wrong")));
-        }
-        at += count;
-    }
-    if at != n {
-        return Err(violation(
-            id,
-            format!("directory covers {at} of {n} records"),
-        ));
-    }
-    Ok(())
 }
 
 impl<S: PageStore> Tree<S> {

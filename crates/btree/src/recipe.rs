@@ -36,10 +36,11 @@
 //! ```
 
 use crate::page::{
-    self, GROUP_RECORDS_MAX, HeapOrder, KEY_BYTES_MAX, Layout, NO_PAGE, PAGE_HEADER_BYTES,
-    PageType, RECORD_HEADER_BYTES, RecBuf, RecRef, SLOT_BYTES,
+    self, GROUP_RECORDS_MAX, HeapOrder, KEY_BYTES_MAX, Layout, NO_PAGE, PAGE_HEADER_BYTES, PageMut,
+    PageType, Probe, RECORD_HEADER_BYTES, Rebuild, RecBuf, RecRef, SLOT_BYTES,
 };
-use crate::store::{PageWrite, Patch, PatchRecorder};
+pub use crate::store::Recipe;
+use crate::store::{LogicalKind, PageWrite, Patch, PatchRecorder};
 use barracuda_codec::PageId;
 
 const RECIPE_VERSION: u8 = 1;
@@ -47,25 +48,6 @@ const HEADER_BYTES: usize = 28;
 const TAG_AT: u8 = 0;
 const TAG_INLINE: u8 = 1;
 const NONE_U16: u16 = u16::MAX;
-
-/// A rebuild recipe, with a fingerprint of the page it was made from: it
-/// rebuilds its image only from exactly that page.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Recipe {
-    /// The encoded recipe (the layout above).
-    pub bytes: Vec<u8>,
-    /// CRC32C of the page it was encoded against.
-    basis: u32,
-}
-
-impl Recipe {
-    /// Whether `page` is the page this recipe was made from (a page changed
-    /// since would rebuild into another image).
-    #[must_use]
-    pub fn made_from(&self, page: &[u8]) -> bool {
-        crc32c::crc32c(page) == self.basis
-    }
-}
 
 /// The recipe of the image [`page::rebuilt_image`] (or a compaction) builds
 /// from `old` with these arguments. A record is named by its offset when
@@ -295,7 +277,7 @@ fn check_page_for_redo(old: &[u8]) -> Result<(), &'static str> {
     let directory_fits = page::slot_count(old)
         .checked_mul(SLOT_BYTES)
         .is_some_and(|bytes| bytes + PAGE_HEADER_BYTES <= old.len());
-    if !directory_fits || crate::check::check_structure(old, PageId(0)).is_err() {
+    if !directory_fits || page::check_structure(old, PageId(0)).is_err() {
         return Err("logged change of a damaged page");
     }
     Ok(())
@@ -382,6 +364,53 @@ impl<'a> Reader<'a> {
         b.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(b))
     }
+}
+
+/// Every store guard is a page the layout code can write: its writes are
+/// recorded patches, and a rebuild carries its recipe, which a store that
+/// logs may log instead of the bytes ([`PageWrite::write_rebuilt`]).
+impl<G: PageWrite> PageMut for G {
+    fn put(&mut self, offset: usize, bytes: &[u8]) {
+        self.write(offset, bytes);
+    }
+
+    fn put_rebuilt(&mut self, image: &[u8], how: &Rebuild<'_>) {
+        self.write_rebuilt(image, |old| {
+            encode(old, how.layout, how.recs, how.group_records, how.order)
+        });
+    }
+}
+
+/// [`page::insert`], where `pr` is what [`probe`] answers for `rec`'s key (or
+/// [`page::probe_in`], which answers the same): the guard may log the record
+/// instead of the bytes, and redo inserts it the same way
+/// ([`redo_insert`]).
+pub fn insert_logged<G: PageWrite>(g: &mut G, pr: Probe, rec: RecRef<'_>) {
+    g.write_logged(LogicalKind::Insert, &mut |g| {
+        page::insert(g, pr, rec);
+        encode_insert(rec)
+    });
+}
+
+/// [`page::remove`] of the record `pr` found for `key` (as [`page::probe`] or
+/// [`page::probe_in`] finds it), then [`page::set_flags`] to what `flags` answers for
+/// the page after the removal: the guard may log the key and the flags
+/// instead of the bytes, and redo makes the same change
+/// ([`redo_delete`]).
+pub(crate) fn remove_logged<G: PageWrite>(
+    g: &mut G,
+    pr: Probe,
+    key: &[u8],
+    flags: impl Fn(&[u8]) -> u16,
+) -> u16 {
+    let mut set = 0;
+    g.write_logged(LogicalKind::Delete, &mut |g| {
+        page::remove(g, pr);
+        set = flags(g);
+        page::set_flags(g, set);
+        encode_delete(key, set)
+    });
+    set
 }
 
 #[cfg(test)]

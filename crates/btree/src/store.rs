@@ -306,7 +306,7 @@ pub trait PageWrite: Deref<Target = [u8]> {
     /// recipe that made it ([`crate::recipe`]): a store that logs may log
     /// it instead of the bytes, and asks for it only then; the default
     /// ignores it.
-    fn write_rebuilt(&mut self, image: &[u8], recipe: impl FnOnce(&[u8]) -> crate::recipe::Recipe)
+    fn write_rebuilt(&mut self, image: &[u8], recipe: impl FnOnce(&[u8]) -> Recipe)
     where
         Self: Sized,
     {
@@ -324,6 +324,27 @@ pub trait PageWrite: Deref<Target = [u8]> {
     {
         let _ = kind;
         change(self);
+    }
+}
+
+/// A rebuild recipe ([`crate::recipe`]), with a fingerprint of the page it
+/// was made from: it rebuilds its image only from exactly that page. It is
+/// defined here, with the guards that may log it, and made by the recipe
+/// layer above.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recipe {
+    /// The encoded recipe (the byte layout in [`crate::recipe`]).
+    pub bytes: Vec<u8>,
+    /// CRC32C of the page it was encoded against.
+    pub(crate) basis: u32,
+}
+
+impl Recipe {
+    /// Whether `page` is the page this recipe was made from (a page changed
+    /// since would rebuild into another image).
+    #[must_use]
+    pub fn made_from(&self, page: &[u8]) -> bool {
+        crc32c::crc32c(page) == self.basis
     }
 }
 

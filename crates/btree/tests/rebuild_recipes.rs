@@ -163,6 +163,7 @@ fn the_in_memory_store_commits_patches() {
 fn a_logical_change_after_others_commits_patches() {
     use barracuda_btree::PageWrite;
     use barracuda_btree::page::{self, HeapOrder, Layout, RecBuf, RecRef};
+    use barracuda_btree::recipe;
     let store = pool_common::store(Format::Plain16k, EvictionPolicy::InnoDb, 64);
     let _tree = Tree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
     let layout = Layout::leaf();
@@ -192,21 +193,21 @@ fn a_logical_change_after_others_commits_patches() {
     assert_eq!(last(&op), Some(LogicalKind::Rebuild));
     // An insert alone: its record.
     let pr = page::probe(&g, rec.key);
-    page::insert_logged(&mut g, pr, rec);
+    recipe::insert_logged(&mut g, pr, rec);
     g.commit(&mut op);
     assert_eq!(last(&op), Some(LogicalKind::Insert));
     // A rebuild, then an insert, in one commit: patches.
     let recs = page::read_all(&g);
     page::rebuild(&mut g, &layout, &recs[1..], HeapOrder::Kept);
     let pr = page::probe(&g, &[7]);
-    page::insert_logged(&mut g, pr, RecRef { key: &[7], ..rec });
+    recipe::insert_logged(&mut g, pr, RecRef { key: &[7], ..rec });
     g.commit(&mut op);
     assert_eq!(last(&op), None);
     assert!(op.pages().last().unwrap().patch_count() > 0);
     // A write, then an insert: patches.
     page::set_flags(&mut g, 1);
     let pr = page::probe(&g, &[9]);
-    page::insert_logged(&mut g, pr, RecRef { key: &[9], ..rec });
+    recipe::insert_logged(&mut g, pr, RecRef { key: &[9], ..rec });
     g.commit(&mut op);
     assert_eq!(last(&op), None);
     store.free(g, &mut op).unwrap();

@@ -27,11 +27,11 @@
 //! Everything here stages images and asks `would_fit`; nothing is written
 //! until the whole change is known to fit.
 
-use super::{SplitKind, Tree, unreachable_err};
 use crate::change::{Change, Scratch};
 use crate::error::Result;
 use crate::page::{self, PAGE_HEADER_BYTES, RecBuf};
 use crate::store::{OpContext, PageStore, PageWrite};
+use crate::tree::{SplitKind, Tree, unreachable_err};
 use barracuda_codec::PageId;
 
 /// Balanced packings tried (`k`, `k + 1`, ...) before the greedy one: for
@@ -99,7 +99,7 @@ fn balanced_bounds(recs: &[RecBuf], k: usize) -> Option<Vec<usize>> {
     if k < 2 || k > n {
         return None;
     }
-    let sums = super::prefix_bytes(recs);
+    let sums = super::cut::prefix_bytes(recs);
     let total = sums[n];
     let mut bounds = vec![0];
     for i in 1..k {
