@@ -21,9 +21,10 @@ use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use barracuda::btree::{KEY_BYTES_MAX, TreeStats, VALUE_BYTES_MAX};
-use barracuda::io::IoError;
-use barracuda::{Db, Durability, FlushMethod, LOG_FILE_NAME, PoolStatus, Tree, WriteBatch};
+use barracuda::{
+    Db, Durability, FlushMethod, KEY_BYTES_MAX, LOG_FILE_NAME, PoolStatus, Tree, TreeStats,
+    VALUE_BYTES_MAX, WalStats, WriteBatch,
+};
 use indicatif::ProgressBar;
 use serde::Serialize;
 use std::time::Duration;
@@ -217,20 +218,20 @@ fn open(args: &DirArgs, mode: Mode) -> anyhow::Result<Db> {
     let mut waiting = false;
     loop {
         let db = match options().open(dir) {
-            Err(barracuda::Error::Io(IoError::DirectIoUnsupported { .. })) => {
+            Err(barracuda::Error::DirectIoUnsupported { .. }) => {
                 options().flush_method(FlushMethod::Fsync).open(dir)
             }
             other => other,
         };
         match db {
-            Err(barracuda::Error::Io(IoError::DirLocked { .. })) if args.wait => {
+            Err(barracuda::Error::Locked { .. }) if args.wait => {
                 if !waiting {
                     eprintln!("waiting for another process to close {}", dir.display());
                     waiting = true;
                 }
                 std::thread::sleep(LOCK_RETRY_INTERVAL);
             }
-            Err(error @ barracuda::Error::Io(IoError::DirLocked { .. })) => {
+            Err(error @ barracuda::Error::Locked { .. }) => {
                 return Err(error).with_context(|| {
                     format!(
                         "opening {} (--wait waits for the other process)",
@@ -704,7 +705,7 @@ struct TreeReport {
 struct Report {
     dir: PathBuf,
     trees: Vec<TreeReport>,
-    log: barracuda::wal::WalStats,
+    log: WalStats,
 }
 
 /// The catalog's entry of every tree by name (the catalog is JSON, see
