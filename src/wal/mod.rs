@@ -726,12 +726,6 @@ impl Wal {
         Ok(())
     }
 
-    /// The newest checkpoint written.
-    #[cfg(test)]
-    pub fn last_checkpoint(&self) -> Checkpoint {
-        self.state.lock().checkpoint.clone()
-    }
-
     /// Counters for status output.
     pub fn stats(&self) -> WalStats {
         let (mut stats, files) = {
