@@ -426,7 +426,7 @@ impl Options {
     /// read I/O threads) once it enters a new leaf; 0 disables read-ahead.
     /// Default = 0: point lookups gain nothing from it, and each page read
     /// ahead costs a copy and two thread hand-offs; long forward scans gain
-    /// (`barracuda bench iothreads --read-ahead-pages 0|8`, see
+    /// (`barracuda-bench iothreads --read-ahead-pages 0|8`, see
     /// docs/benchmarks.md). At most 4,096.
     #[must_use]
     pub fn read_ahead_pages(mut self, pages: usize) -> Self {

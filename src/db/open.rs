@@ -133,9 +133,7 @@ impl Db {
                     | Error::Io { .. }
                     | Error::Corrupted { .. }
                     | Error::Internal { .. },
-                )
-                    if catalog.never_held_a_tree() && !read_only =>
-                {
+                ) if catalog.never_held_a_tree() && !read_only => {
                     tracing::warn!("the log's creation was cut short; creating it again");
                     Wal::forget_unfinished_creation(log_dir.as_ref())?;
                     None

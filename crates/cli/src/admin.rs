@@ -84,7 +84,7 @@ pub struct DirArgs {
     /// The database directory.
     pub dir: PathBuf,
     /// Buffer pool of each tree, MiB.
-    #[arg(long, default_value_t = 64, allow_negative_numbers = true, value_parser = crate::bench::harness::int_in::<u32>(1, 1_048_576))]
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true, value_parser = crate::ui::int_in::<u32>(1, 1_048_576))]
     pub pool_mib: u32,
     /// If another process has the database open, wait until it closes it
     /// instead of failing at once.
@@ -157,7 +157,7 @@ pub struct LoadArgs {
     #[arg(long)]
     ops: PathBuf,
     /// Lines per durable commit.
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = crate::bench::harness::int_in::<u32>(1, 1_000_000))]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = crate::ui::int_in::<u32>(1, 1_000_000))]
     batch: u32,
     /// Keys and values of the lines are plain hex (`-` when empty).
     #[arg(long)]
@@ -432,7 +432,7 @@ fn compact(args: &DumpArgs) -> anyhow::Result<()> {
     };
     for name in &names {
         let bar = ProgressBar::new_spinner().with_style(
-            crate::bench::harness::progress_style("{spinner} {msg} {human_pos} entries {rate}")
+            crate::ui::progress_style("{spinner} {msg} {human_pos} entries {rate}")
                 .context("progress template")?,
         );
         bar.set_message(format!("compacting {name}:"));
@@ -591,7 +591,7 @@ fn load_chunked(db: &Db, input: Box<dyn BufRead>, hex: bool) -> anyhow::Result<(
     let mut applied_count = 0usize;
     let mut stopped = None;
     let bar = ProgressBar::new_spinner().with_style(
-        crate::bench::harness::progress_style("{spinner} loading: {human_pos} lines {rate}")
+        crate::ui::progress_style("{spinner} loading: {human_pos} lines {rate}")
             .context("progress template")?,
     );
     for (index, line) in input.lines().enumerate() {
