@@ -64,12 +64,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// filesystem refuses O_DIRECT (tmpfs).
 fn open(dir: &std::path::Path) -> barracuda::Result<Db> {
     match Db::options().buffer_pool_bytes(8 << 20).open(dir) {
-        Err(barracuda::Error::Io(barracuda::io::IoError::DirectIoUnsupported { .. })) => {
-            Db::options()
-                .buffer_pool_bytes(8 << 20)
-                .flush_method(FlushMethod::Fsync)
-                .open(dir)
-        }
+        Err(barracuda::Error::DirectIoUnsupported { .. }) => Db::options()
+            .buffer_pool_bytes(8 << 20)
+            .flush_method(FlushMethod::Fsync)
+            .open(dir),
         other => other,
     }
 }

@@ -517,7 +517,7 @@ const CHUNKED_DELETE_BYTES: usize = 64 << 20;
 ///   ([`barracuda_btree::OpContext::half_splits`]). Sorted, they would be
 ///   an ascending stream, whose leaves the split policy packs full, and
 ///   the next random puts would split them all again: in
-///   `examples/profile_rows.rs` (`single`), 1,000 random puts after a load
+///   `crates/bench/examples/profile_rows.rs` (`single`), 1,000 random puts after a load
 ///   in key order split 648 leaves. Applied sorted with half splits, a
 ///   random load leaves its leaves about two-thirds full, as random
 ///   inserts do, and each leaf's puts still arrive together while it is

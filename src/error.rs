@@ -1,4 +1,9 @@
 //! Errors of the embedded store.
+//!
+//! [`Error`] names the store's own conditions. The internal crates' errors
+//! are classified into them here, in one place, and their text kept as the
+//! message: a change inside an internal crate changes no variant a user
+//! matches on.
 
 use std::path::PathBuf;
 
@@ -18,20 +23,74 @@ use barracuda_pool::PoolError;
 #[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The file layer failed (the error names the file, offset and operation).
-    #[error(transparent)]
-    Io(#[from] IoError),
-    /// A page block failed to decode or verify (the error names the page).
-    #[error(transparent)]
-    Codec(#[from] CodecError),
-    /// The buffer pool failed: a damaged block (the error names the page),
-    /// an I/O error, or no evictable page within the wait.
-    #[error(transparent)]
-    Pool(#[from] PoolError),
-    /// A tree operation failed: bad input (an oversize key or value) or a
-    /// damaged page (the error names it).
-    #[error(transparent)]
-    Tree(#[from] barracuda_btree::Error),
+    /// A read, write, sync or open of a file failed (the message names the
+    /// file, offset and operation; `source` is the operating system's
+    /// error, e.g. `ENOSPC` for a full disk).
+    #[error("{message}")]
+    Io {
+        /// What failed, where.
+        message: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file system of `path` does not support `O_DIRECT` (tmpfs, for
+    /// one): open with `FlushMethod::Fsync`.
+    #[error("{message}")]
+    DirectIoUnsupported {
+        /// The file.
+        path: PathBuf,
+        /// The message, with its hint.
+        message: String,
+    },
+    /// The database directory is open in another process, or already in
+    /// this one.
+    #[error("{message}")]
+    Locked {
+        /// The database directory.
+        path: PathBuf,
+        /// Who holds it.
+        message: String,
+    },
+    /// A block, page or file is damaged: a checksum that does not match, an
+    /// impossible length, a page that breaks the tree's invariants (the
+    /// message names the page). Nothing damaged is ever returned as data.
+    #[error("{message}")]
+    Corrupted {
+        /// What is damaged, where.
+        message: String,
+    },
+    /// A key longer than [`crate::KEY_BYTES_MAX`].
+    #[error("key of {len_bytes} bytes exceeds the limit of {max_bytes} bytes")]
+    KeyTooLong {
+        /// The key's length.
+        len_bytes: usize,
+        /// The limit.
+        max_bytes: usize,
+    },
+    /// A value longer than [`crate::VALUE_BYTES_MAX`].
+    #[error("value of {len_bytes} bytes exceeds the limit of {max_bytes} bytes")]
+    ValueTooLong {
+        /// The value's length.
+        len_bytes: usize,
+        /// The limit.
+        max_bytes: usize,
+    },
+    /// The buffer pool had no page to evict within its wait: every frame is
+    /// pinned or dirty and unlogged. Raise `buffer_pool_bytes`, or hold
+    /// fewer iterators open at once.
+    #[error("{message}")]
+    CacheExhausted {
+        /// The pool's report.
+        message: String,
+    },
+    /// An internal operation failed in a way no input should cause; the
+    /// message says which. Nothing was changed by the failed operation.
+    #[error("internal error: {message}")]
+    Internal {
+        /// What failed.
+        message: String,
+    },
     /// No tree has this name.
     #[error("no tree named {name:?}")]
     TreeNotFound {
@@ -176,3 +235,100 @@ impl std::fmt::Debug for Error {
 
 /// `Result` with Barracuda's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[doc(hidden)]
+impl From<IoError> for Error {
+    fn from(error: IoError) -> Error {
+        let message = error.to_string();
+        match error {
+            IoError::Os { source, .. }
+            | IoError::FsyncFailed { source, .. }
+            | IoError::Lock { source, .. }
+            | IoError::RingSetup { source, .. } => Error::Io { message, source },
+            IoError::DirectIoUnsupported { path, .. } => {
+                Error::DirectIoUnsupported { path, message }
+            }
+            IoError::DirLocked { dir } | IoError::DirOpenInProcess { dir } => {
+                Error::Locked { path: dir, message }
+            }
+            IoError::ReadOnly { path, .. } => Error::ReadOnly {
+                path,
+                reason: message,
+            },
+            IoError::InvalidOptions { reason } => Error::InvalidOptions { reason },
+            // A file shorter than what refers to it was cut or damaged.
+            IoError::ReadPastEnd { .. } => Error::Corrupted { message },
+            IoError::Shutdown { .. } => Error::Io {
+                source: std::io::Error::other(message.clone()),
+                message,
+            },
+            _ => Error::Internal { message },
+        }
+    }
+}
+
+#[doc(hidden)]
+impl From<CodecError> for Error {
+    fn from(error: CodecError) -> Error {
+        let message = error.to_string();
+        match error {
+            CodecError::InvalidLevel { .. }
+            | CodecError::InvalidGeometry { .. }
+            | CodecError::InvalidConfig { .. } => Error::InvalidOptions { reason: message },
+            CodecError::CompressFailed { .. } => Error::Internal { message },
+            // Every other codec error is a block that fails to decode or
+            // verify.
+            _ => Error::Corrupted { message },
+        }
+    }
+}
+
+#[doc(hidden)]
+impl From<PoolError> for Error {
+    fn from(error: PoolError) -> Error {
+        let message = error.to_string();
+        match error {
+            PoolError::InvalidConfig { reason } => Error::InvalidOptions { reason },
+            PoolError::Exhausted { .. } => Error::CacheExhausted { message },
+            PoolError::File { source, .. } => Error::from(source),
+            PoolError::Codec { source, .. } => Error::from(source),
+            PoolError::Corrupted { .. } => Error::Corrupted { message },
+            PoolError::Io { .. } | PoolError::ReadFailed { .. } => Error::Io {
+                source: std::io::Error::other(message.clone()),
+                message,
+            },
+            _ => Error::Internal { message },
+        }
+    }
+}
+
+#[doc(hidden)]
+impl From<barracuda_btree::Error> for Error {
+    fn from(error: barracuda_btree::Error) -> Error {
+        use barracuda_btree::Error as TreeError;
+        let message = error.to_string();
+        match error {
+            TreeError::KeyTooLong {
+                len_bytes,
+                max_bytes,
+            } => Error::KeyTooLong {
+                len_bytes,
+                max_bytes,
+            },
+            TreeError::ValueTooLong {
+                len_bytes,
+                max_bytes,
+            } => Error::ValueTooLong {
+                len_bytes,
+                max_bytes,
+            },
+            TreeError::Pool { source } => Error::from(source),
+            TreeError::BadPageSize { .. } => Error::InvalidOptions { reason: message },
+            TreeError::PageOutOfRange { .. }
+            | TreeError::Corrupted { .. }
+            | TreeError::Invariant { .. }
+            | TreeError::Codec { .. } => Error::Corrupted { message },
+            _ => Error::Internal { message },
+        }
+    }
+}

@@ -51,11 +51,6 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub use barracuda_btree as btree;
-pub use barracuda_codec as codec;
-pub use barracuda_io as io;
-pub use barracuda_pool as pool;
-
 #[cfg(feature = "tokio")]
 pub mod asynchronous;
 mod batch;
@@ -64,21 +59,44 @@ mod db;
 mod error;
 mod options;
 mod records;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing;
 mod tree;
-pub mod wal;
+mod wal;
 
+// The public API, in one list. The internal crates (`barracuda-io`,
+// `-codec`, `-pool`, `-btree`) are not re-exported: the few of their types
+// an embedding user meets (options' enums, statistics) are named here, so
+// that a change inside an internal crate does not break users.
+
+// Opening a database and working with its trees.
+pub use batch::{ChunkedWriter, WriteBatch};
+pub use db::Db;
+pub use error::{Error, Result};
+pub use tree::{KeyValue, Range, Tree};
+
+// Options and their values.
 pub use barracuda_btree::SplitPolicy;
 pub use barracuda_codec::BlockSize;
-pub use barracuda_io::FlushMethod;
-pub use barracuda_pool::{EvictionPolicy, PoolStatus};
-pub use batch::{ChunkedWriter, WriteBatch};
-pub use catalog::CATALOG_FILE_NAME;
-pub use db::{CompactStats, CompactStep, Db, LOG_FILE_NAME, RecoveryStats};
-pub use error::{Error, Result};
-pub use options::{
-    Compression, Durability, FileWrapper, IO_QUEUE_DEPTH_DEFAULT, Options, TreeOptions,
-};
+pub use barracuda_io::{Backend, FlushMethod};
+pub use barracuda_pool::EvictionPolicy;
+pub use options::{Compression, Durability, IO_QUEUE_DEPTH_DEFAULT, Options, TreeOptions};
+
+// Limits of keys and values.
+pub use barracuda_btree::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
+
+// Statistics and reports.
+pub use barracuda_btree::{SplitCounts, TreeStats};
+pub use barracuda_pool::{CodecCounters, PolicyStatus, PoolStatus};
+pub use db::{CompactStats, CompactStep, RecoveryStats};
 pub use records::RecordCacheStatus;
-pub use tree::{KeyValue, Range, Tree};
+pub use wal::WalStats;
+
+// The files of a database directory, for tools that inspect one.
+pub use catalog::CATALOG_FILE_NAME;
+pub use db::LOG_FILE_NAME;
+
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use options::FileWrapper;

@@ -165,8 +165,9 @@ impl TreeOptions {
 }
 
 /// Wraps each file the database opens (its path, the opened file), e.g.
-/// in a [`barracuda_io::FaultFile`] for power-loss tests.
+/// in a fault-injecting file for power-loss tests (feature `testing`).
 #[derive(Clone)]
+#[doc(hidden)]
 pub struct FileWrapper(pub Arc<WrapFn>);
 
 /// The function of a [`FileWrapper`].
@@ -412,7 +413,9 @@ impl Options {
 
     /// Adds this latency to every data-file read and write (through the
     /// fault-injecting backend), to emulate a slow disk in benchmarks.
-    /// Default = none; at most 1 s.
+    /// Default = none; at most 1 s. Feature `testing` only.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
     #[must_use]
     pub fn device_latency(mut self, latency: Duration) -> Self {
         self.device_latency = latency;
@@ -423,7 +426,7 @@ impl Options {
     /// read I/O threads) once it enters a new leaf; 0 disables read-ahead.
     /// Default = 0: point lookups gain nothing from it, and each page read
     /// ahead costs a copy and two thread hand-offs; long forward scans gain
-    /// (`barracuda bench iothreads --read-ahead-pages 0|8`, see
+    /// (`barracuda-bench iothreads --read-ahead-pages 0|8`, see
     /// docs/benchmarks.md). At most 4,096.
     #[must_use]
     pub fn read_ahead_pages(mut self, pages: usize) -> Self {
@@ -440,6 +443,9 @@ impl Options {
 
     /// Wraps every file the database opens (data files and the log) with
     /// `wrapper`: for fault-injection and power-loss tests. Default = none.
+    /// Feature `testing` only.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
     #[must_use]
     pub fn wrap_files(mut self, wrapper: FileWrapper) -> Self {
         self.file_wrapper = Some(wrapper);
@@ -460,6 +466,24 @@ impl Options {
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
         self
+    }
+
+    /// A tree's data file as the database uses it: wrapped like every file
+    /// ([`Options::wrap`]), then slowed by the emulated device latency.
+    pub(crate) fn wrap_data_file(
+        &self,
+        path: &Path,
+        file: Arc<dyn BlockFile>,
+    ) -> Arc<dyn BlockFile> {
+        let file = self.wrap(path, file);
+        #[cfg(feature = "testing")]
+        if !self.device_latency.is_zero() {
+            return Arc::new(barracuda_io::FaultFile::with_latency(
+                file,
+                self.device_latency,
+            ));
+        }
+        file
     }
 
     pub(crate) fn wrap(&self, path: &Path, file: Arc<dyn BlockFile>) -> Arc<dyn BlockFile> {
@@ -579,22 +603,8 @@ impl Options {
     }
 }
 
-/// Whether `error` or one of its sources is a read-only file's refusal.
+/// Whether `error` is a read-only file's refusal (the file layer's refusal
+/// is classified as [`Error::ReadOnly`] wherever it happened).
 fn refused_write(error: &Error) -> bool {
-    // `Error::Io` is transparent: its `source()` is the `IoError`'s source,
-    // so the walk below never meets the `IoError` itself.
-    if let Error::Io(barracuda_io::IoError::ReadOnly { .. }) = error {
-        return true;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(error) = source {
-        if matches!(
-            error.downcast_ref::<barracuda_io::IoError>(),
-            Some(barracuda_io::IoError::ReadOnly { .. })
-        ) {
-            return true;
-        }
-        source = error.source();
-    }
-    false
+    matches!(error, Error::ReadOnly { .. })
 }

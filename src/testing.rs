@@ -1,8 +1,9 @@
-//! Internals exposed for the fuzz targets (`fuzz/`) and the tests, not an
-//! API: the record cache, checked against a model with its
-//! `check_invariants()`, and the differential crash simulator ([`sim`]).
+//! Internals exposed for the fuzz targets (`fuzz/`), the tests and the
+//! benchmarks, behind the `testing` feature; not an API: the record cache,
+//! checked against a model with its `check_invariants()`, the differential
+//! crash simulator ([`sim`]), and the names of the log's segment files.
 
 pub mod sim;
 
-#[doc(hidden)]
 pub use crate::records::{PoolGhosts, RecordCache, WriteEpoch};
+pub use crate::wal::{parse_segment_file_name, segment_file_name};

@@ -44,7 +44,7 @@ fn fill(dir: &Path, close: bool) -> (u64, u64) {
     let newest = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| {
-            barracuda::wal::parse_segment_file_name(&e.unwrap().file_name().to_string_lossy())
+            barracuda::testing::parse_segment_file_name(&e.unwrap().file_name().to_string_lossy())
         })
         .max()
         .unwrap();
@@ -134,7 +134,9 @@ fn log_bit_flips_fail_open_or_check_clean() {
             flip_bits(&control, &mut rng, 1, 0, 1024);
         } else {
             // The newest segment, its header and its log (after 4 KiB).
-            let segment = dir.path().join(barracuda::wal::segment_file_name(newest));
+            let segment = dir
+                .path()
+                .join(barracuda::testing::segment_file_name(newest));
             flip_bits(&segment, &mut rng, 1, 0, 4096 + end - newest);
         }
         match options().open(dir.path()) {

@@ -395,7 +395,7 @@ fn compare(db: &Db, model: &Model) -> Result<Vec<String>, Outcome> {
 
 /// The file's kind, for the table: segment and tree names vary.
 fn kind(name: &str) -> String {
-    if barracuda::wal::parse_segment_file_name(name).is_some() {
+    if barracuda::testing::parse_segment_file_name(name).is_some() {
         "wal-<LSN>.log".into()
     } else {
         name.to_owned()
@@ -434,7 +434,7 @@ fn sweep(scenario: &Scenario) -> Vec<String> {
                 continue;
             }
             let before = listing(work.path());
-            let in_log = barracuda::wal::parse_segment_file_name(file).is_some();
+            let in_log = barracuda::testing::parse_segment_file_name(file).is_some();
             let or_else = scenario.without_last_flush.as_ref().filter(|_| in_log);
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 open_read_check(work.path(), &scenario.model, or_else)
@@ -450,7 +450,7 @@ fn sweep(scenario: &Scenario) -> Vec<String> {
             let deleted: Vec<&String> = before
                 .iter()
                 .filter(|f| !after.contains(f))
-                .filter(|f| !(opened && barracuda::wal::parse_segment_file_name(f).is_some()))
+                .filter(|f| !(opened && barracuda::testing::parse_segment_file_name(f).is_some()))
                 .collect();
             let line = match &outcome {
                 Ok(Outcome::Intact) => "intact".to_owned(),

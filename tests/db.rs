@@ -155,7 +155,7 @@ fn crash_without_close_keeps_synced_writes() {
     // The forgotten Db still holds the lock in this process; a second
     // open of the directory must say so.
     match options().open(dir.path()) {
-        Err(Error::Io(e)) => assert!(e.to_string().contains("lock"), "{e}"),
+        Err(e @ Error::Locked { .. }) => assert!(e.to_string().contains("lock"), "{e}"),
         other => panic!("second open: {other:?}"),
     }
 }

@@ -14,11 +14,11 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use barracuda::btree::{Fit, PoolStore};
-use barracuda::btree::{LsnCounter, LsnMode, META_PAGE_ID, OpContext, PageStore, PageWrite};
-use barracuda::codec::{Codec, Geometry, PAGE_HEADER_RESERVED_BYTES};
-use barracuda::pool::{BufferPool, CodecService, FileService, PageFormat, PoolConfig, Services};
 use barracuda::{Compression, Error, TreeOptions, WriteBatch};
+use barracuda_btree::{Fit, PoolStore};
+use barracuda_btree::{LsnCounter, LsnMode, META_PAGE_ID, OpContext, PageStore, PageWrite};
+use barracuda_codec::{Codec, Geometry, PAGE_HEADER_RESERVED_BYTES};
+use barracuda_pool::{BufferPool, CodecService, FileService, PageFormat, PoolConfig, Services};
 use common::{key, small, tempdir, two_trees};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -102,7 +102,7 @@ fn open_store(dir: &std::path::Path) -> PoolStore {
         .unwrap();
     let page = 16 << 10;
     let geometry = Geometry::uncompressed(page).unwrap();
-    let file = barracuda::io::open(&path, &barracuda::io::IoOptions::default()).unwrap();
+    let file = barracuda_io::open(&path, &barracuda_io::IoOptions::default()).unwrap();
     let lsns = LsnCounter::new();
     let services = Services {
         codec: Arc::new(CodecService::new(Codec::None, geometry).unwrap()),
@@ -126,12 +126,12 @@ fn downgrade_meta_page(dir: &std::path::Path) {
     let path = dir.join("tree-00001.bdb");
     let block_bytes = 16 << 10;
     let original = std::fs::read(&path).unwrap();
-    let lsn = barracuda::codec::read_header(&original[..block_bytes])
+    let lsn = barracuda_codec::read_header(&original[..block_bytes])
         .unwrap()
         .lsn;
     downgrade_meta_page_at_any_lsn(dir);
     let mut block = std::fs::read(&path).unwrap()[..block_bytes].to_vec();
-    barracuda::codec::seal(&mut block, lsn).unwrap();
+    barracuda_codec::seal(&mut block, lsn).unwrap();
     std::fs::OpenOptions::new()
         .write(true)
         .open(&path)

@@ -273,7 +273,7 @@ fn random_writes_of_incompressible_values_are_all_stored_64k() {
 /// default options, also when it replaces another of the same size.
 #[test]
 fn values_up_to_the_limit_are_stored_with_the_default_options() {
-    let max = barracuda::btree::VALUE_BYTES_MAX;
+    let max = barracuda::VALUE_BYTES_MAX;
     let dir = tempdir();
     let db = Db::options()
         .durability(Durability::NoSync)
@@ -303,10 +303,7 @@ fn values_up_to_the_limit_are_stored_with_the_default_options() {
     let too_long = vec![0u8; max + 1];
     let err = tree.put(b"k", &too_long).unwrap_err();
     assert!(
-        matches!(
-            err,
-            barracuda::Error::Tree(barracuda::btree::Error::ValueTooLong { .. })
-        ),
+        matches!(err, barracuda::Error::ValueTooLong { .. }),
         "{err}"
     );
     assert!(tree.delete(b"k").unwrap());
@@ -337,7 +334,7 @@ fn small_pools_store_or_refuse_each_write_cleanly() {
 }
 
 fn pool_writes(pool_bytes: usize, tree_options: &TreeOptions, seed: u64) {
-    let max = barracuda::btree::VALUE_BYTES_MAX;
+    let max = barracuda::VALUE_BYTES_MAX;
     {
         let dir = tempdir();
         let options = Db::options()

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
 mod common;
-use barracuda::io::FlushMethod;
+use barracuda::FlushMethod;
 use barracuda::{Db, Error};
 use common::{half_random_value, key, small, tempdir};
 use rand::SeedableRng;

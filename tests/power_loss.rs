@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use barracuda::io::{BlockFile, FaultConfig, FaultErrno, FaultFile, FaultOp, FaultRule};
 use barracuda::{Db, Durability, FileWrapper, RecoveryStats};
+use barracuda_io::{BlockFile, FaultConfig, FaultErrno, FaultFile, FaultOp, FaultRule};
 use common::{half_random_value, tempdir};
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;

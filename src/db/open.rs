@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use barracuda_btree::{LsnMode, OpContext, PageStore, PoolStore, Tree as BTree, TreeConfig};
 use barracuda_codec::{Geometry, PageId};
-use barracuda_io::{BlockFile, DirLock, FaultFile, IoOptions, IoThreads};
+use barracuda_io::{BlockFile, DirLock, IoOptions, IoThreads};
 use barracuda_pool::{
     BufferPool, CodecService, DurableLsn, FileService, PageCleaner, PageFormat, PoolConfig,
     Services,
@@ -128,9 +128,12 @@ impl Db {
                 // first checkpoint was synced: no tree was ever created, so
                 // there is nothing to lose, and the log is created anew. The
                 // control file may also be shorter than its slots.
-                Err(Error::CheckpointCorrupted { .. } | Error::Io(_))
-                    if catalog.never_held_a_tree() && !read_only =>
-                {
+                Err(
+                    Error::CheckpointCorrupted { .. }
+                    | Error::Io { .. }
+                    | Error::Corrupted { .. }
+                    | Error::Internal { .. },
+                ) if catalog.never_held_a_tree() && !read_only => {
                     tracing::warn!("the log's creation was cut short; creating it again");
                     Wal::forget_unfinished_creation(log_dir.as_ref())?;
                     None
@@ -285,10 +288,7 @@ fn open_pool(
         }
     };
     let path = dir.join(entry.file_name());
-    let mut file = options.wrap(&path, barracuda_io::open(&path, io_options)?);
-    if !options.device_latency.is_zero() {
-        file = Arc::new(FaultFile::with_latency(file, options.device_latency));
-    }
+    let file = options.wrap_data_file(&path, barracuda_io::open(&path, io_options)?);
     // One sequential write and one sync per batch of pages, on the
     // writing thread (`write_vectored_at`), and reads at open; on the
     // database's shared I/O threads it costs no thread of its own.

@@ -46,18 +46,12 @@ use barracuda_io::{AlignedBuf, BlockFile};
 use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
-pub use checkpoint::{
-    CHECKPOINT_FORMAT_VERSION, CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC,
-    CHECKPOINT_PAYLOAD_BYTES_MAX, Checkpoint,
-};
-pub use record::{
-    ENTRY_HEADER_BYTES, GROUP_BYTES_MAX, GROUP_HEADER_BYTES, GROUP_MAGIC, GroupKind,
-    IMAGE_OVERHEAD_BYTES_MAX, LoggedGroup, PATCH_HEADER_BYTES, Patches, RedoEntry, RedoGroup,
-    ZERO_RUN_BYTES_MIN,
-};
+pub use checkpoint::{CHECKPOINT_FORMAT_VERSION, CHECKPOINT_PAYLOAD_BYTES_MAX, Checkpoint};
+pub use record::{GROUP_BYTES_MAX, IMAGE_OVERHEAD_BYTES_MAX, LoggedGroup, RedoEntry, RedoGroup};
+#[cfg(test)]
+use segment::MemLogDir;
 pub use segment::{
-    CONTROL_FILE_NAME, FileWrap, FsLogDir, LogDir, MemLogDir, SEGMENT_MAGIC,
-    parse_segment_file_name, segment_file_name,
+    CONTROL_FILE_NAME, FileWrap, FsLogDir, LogDir, parse_segment_file_name, segment_file_name,
 };
 
 use crate::error::{Error, Result};
@@ -104,6 +98,7 @@ impl WalOptions {
     /// writer thread ([`Wal::run_log_writer`]). One flush is in flight at a
     /// time, so this (plus one group) bounds the window recovery must clean
     /// after a crash. Default = 4 MiB.
+    #[cfg(test)]
     #[must_use]
     pub fn buffer_bytes_max(mut self, buffer_bytes_max: usize) -> Self {
         self.buffer_bytes_max = buffer_bytes_max;
@@ -729,11 +724,6 @@ impl Wal {
             }
         }
         Ok(())
-    }
-
-    /// The newest checkpoint written.
-    pub fn last_checkpoint(&self) -> Checkpoint {
-        self.state.lock().checkpoint.clone()
     }
 
     /// Counters for status output.

@@ -147,6 +147,7 @@ pub struct RedoGroup {
 
 impl RedoGroup {
     /// An empty group.
+    #[cfg(test)]
     pub fn new() -> RedoGroup {
         RedoGroup::default()
     }
@@ -157,6 +158,7 @@ impl RedoGroup {
     }
 
     /// Number of entries (runs of changes to one page).
+    #[cfg(test)]
     pub fn entry_count(&self) -> u32 {
         self.entry_count
     }

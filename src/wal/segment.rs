@@ -25,7 +25,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use barracuda_io::{BlockFile, IoOptions, MemoryFile};
+#[cfg(test)]
+use barracuda_io::MemoryFile;
+use barracuda_io::{BlockFile, IoOptions};
+#[cfg(test)]
 use parking_lot::Mutex;
 
 use super::checkpoint::CHECKPOINT_FORMAT_VERSION;
@@ -161,17 +164,20 @@ impl LogDir for FsLogDir {
 /// The log's files in memory (tests): each file is made by `make` from a
 /// fresh [`MemoryFile`] (a fault-injecting wrapper, say) and kept, so a
 /// reopen finds what the last one wrote.
+#[cfg(test)]
 pub struct MemLogDir {
     files: Mutex<Vec<(String, Arc<MemoryFile>)>>,
     make: FileWrap,
 }
 
+#[cfg(test)]
 impl Default for MemLogDir {
     fn default() -> Self {
         MemLogDir::new(Arc::new(|_: &Path, file| file))
     }
 }
 
+#[cfg(test)]
 impl MemLogDir {
     /// An empty directory whose files pass through `make` when opened.
     pub fn new(make: FileWrap) -> MemLogDir {
@@ -196,11 +202,6 @@ impl MemLogDir {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, f)| f.clone())
-    }
-
-    /// Names of the files present, in creation order.
-    pub fn names(&self) -> Vec<String> {
-        self.files.lock().iter().map(|(n, _)| n.clone()).collect()
     }
 
     /// Bytes of all files.
@@ -231,6 +232,7 @@ impl MemLogDir {
     }
 }
 
+#[cfg(test)]
 impl LogDir for MemLogDir {
     fn control(&self) -> Result<Arc<dyn BlockFile>> {
         self.open_name(CONTROL_FILE_NAME, true)

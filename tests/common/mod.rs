@@ -61,7 +61,7 @@ pub fn log_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         .filter(|path| {
             let name = path.file_name().unwrap_or_default().to_string_lossy();
             name == barracuda::LOG_FILE_NAME
-                || barracuda::wal::parse_segment_file_name(&name).is_some()
+                || barracuda::testing::parse_segment_file_name(&name).is_some()
         })
         .collect();
     files.sort();

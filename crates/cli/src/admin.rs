@@ -21,9 +21,10 @@ use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use barracuda::btree::{KEY_BYTES_MAX, TreeStats, VALUE_BYTES_MAX};
-use barracuda::io::IoError;
-use barracuda::{Db, Durability, FlushMethod, LOG_FILE_NAME, PoolStatus, Tree, WriteBatch};
+use barracuda::{
+    Db, Durability, FlushMethod, KEY_BYTES_MAX, LOG_FILE_NAME, PoolStatus, Tree, TreeStats,
+    VALUE_BYTES_MAX, WalStats, WriteBatch,
+};
 use indicatif::ProgressBar;
 use serde::Serialize;
 use std::time::Duration;
@@ -83,7 +84,7 @@ pub struct DirArgs {
     /// The database directory.
     pub dir: PathBuf,
     /// Buffer pool of each tree, MiB.
-    #[arg(long, default_value_t = 64, allow_negative_numbers = true, value_parser = crate::bench::harness::int_in::<u32>(1, 1_048_576))]
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true, value_parser = crate::ui::int_in::<u32>(1, 1_048_576))]
     pub pool_mib: u32,
     /// If another process has the database open, wait until it closes it
     /// instead of failing at once.
@@ -156,7 +157,7 @@ pub struct LoadArgs {
     #[arg(long)]
     ops: PathBuf,
     /// Lines per durable commit.
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = crate::bench::harness::int_in::<u32>(1, 1_000_000))]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = crate::ui::int_in::<u32>(1, 1_000_000))]
     batch: u32,
     /// Keys and values of the lines are plain hex (`-` when empty).
     #[arg(long)]
@@ -217,20 +218,20 @@ fn open(args: &DirArgs, mode: Mode) -> anyhow::Result<Db> {
     let mut waiting = false;
     loop {
         let db = match options().open(dir) {
-            Err(barracuda::Error::Io(IoError::DirectIoUnsupported { .. })) => {
+            Err(barracuda::Error::DirectIoUnsupported { .. }) => {
                 options().flush_method(FlushMethod::Fsync).open(dir)
             }
             other => other,
         };
         match db {
-            Err(barracuda::Error::Io(IoError::DirLocked { .. })) if args.wait => {
+            Err(barracuda::Error::Locked { .. }) if args.wait => {
                 if !waiting {
                     eprintln!("waiting for another process to close {}", dir.display());
                     waiting = true;
                 }
                 std::thread::sleep(LOCK_RETRY_INTERVAL);
             }
-            Err(error @ barracuda::Error::Io(IoError::DirLocked { .. })) => {
+            Err(error @ barracuda::Error::Locked { .. }) => {
                 return Err(error).with_context(|| {
                     format!(
                         "opening {} (--wait waits for the other process)",
@@ -431,7 +432,7 @@ fn compact(args: &DumpArgs) -> anyhow::Result<()> {
     };
     for name in &names {
         let bar = ProgressBar::new_spinner().with_style(
-            crate::bench::harness::progress_style("{spinner} {msg} {human_pos} entries {rate}")
+            crate::ui::progress_style("{spinner} {msg} {human_pos} entries {rate}")
                 .context("progress template")?,
         );
         bar.set_message(format!("compacting {name}:"));
@@ -590,7 +591,7 @@ fn load_chunked(db: &Db, input: Box<dyn BufRead>, hex: bool) -> anyhow::Result<(
     let mut applied_count = 0usize;
     let mut stopped = None;
     let bar = ProgressBar::new_spinner().with_style(
-        crate::bench::harness::progress_style("{spinner} loading: {human_pos} lines {rate}")
+        crate::ui::progress_style("{spinner} loading: {human_pos} lines {rate}")
             .context("progress template")?,
     );
     for (index, line) in input.lines().enumerate() {
@@ -704,7 +705,7 @@ struct TreeReport {
 struct Report {
     dir: PathBuf,
     trees: Vec<TreeReport>,
-    log: barracuda::wal::WalStats,
+    log: WalStats,
 }
 
 /// The catalog's entry of every tree by name (the catalog is JSON, see

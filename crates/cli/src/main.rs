@@ -6,14 +6,6 @@
 mod admin;
 mod ui;
 
-/// The helpers' path as `admin.rs` names them: they lived in the benchmark
-/// harness before the benchmarks became a crate of their own.
-mod bench {
-    pub(crate) mod harness {
-        pub(crate) use crate::ui::{int_in, progress_style};
-    }
-}
-
 use clap::Parser;
 
 /// Barracuda: an embeddable key-value store over compressed pages.

@@ -56,6 +56,7 @@ mod error;
 mod format;
 mod geometry;
 mod ids;
+#[cfg(feature = "testing")]
 pub mod sample;
 mod stats;
 

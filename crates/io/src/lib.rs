@@ -45,6 +45,7 @@
 mod batch;
 mod buf;
 mod error;
+#[cfg(feature = "testing")]
 mod fault;
 mod lock;
 mod memory;
@@ -62,6 +63,7 @@ use std::sync::Arc;
 pub use batch::{Completion, CompletionQueue, CompletionSender, IoOp, IoRequest};
 pub use buf::{AlignedBuf, Alignment, BufPool, SECTOR_SIZE_BYTES};
 pub use error::{IoError, OpKind};
+#[cfg(feature = "testing")]
 pub use fault::{CrashReport, FaultConfig, FaultErrno, FaultFile, FaultOp, FaultRule};
 pub use lock::{DirLock, LOCK_FILE_NAME};
 pub use memory::MemoryFile;

@@ -67,6 +67,7 @@ mod prefault;
 mod readahead;
 mod status;
 mod table;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use adapters::{CodecService, EXTEND_BYTES, FILE_QUEUE_DEPTH_DEFAULT, FileService};
