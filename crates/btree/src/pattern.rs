@@ -1,5 +1,5 @@
 //! A family of insert patterns with parameters, for measuring split
-//! policies (`barracuda bench fill --pattern family|sweep` and the tests),
+//! policies (`barracuda-bench fill --pattern family|sweep` and the tests),
 //! and an offline oracle that knows every future insert.
 //!
 //! Real tables are written by many sequential streams at once, with noise

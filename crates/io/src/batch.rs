@@ -104,7 +104,7 @@ struct State {
 /// Delivery is a short mutex section and, only if the caller is parked, one
 /// wake-up. It used to be a crossbeam channel, whose `recv` spins and calls
 /// `sched_yield` before parking: on two cores that spinning took a third of
-/// the submitting thread's CPU in `barracuda bench io` (see "File layer" in
+/// the submitting thread's CPU in `barracuda-bench io` (see "File layer" in
 /// `docs/design.md`).
 #[derive(Clone, Debug)]
 pub struct CompletionSender {
