@@ -2,11 +2,13 @@
 //! memory and compresses well.
 //!
 //! The core is a B+tree over zlib- or zstd-compressed pages
-//! ([`barracuda_btree`]), cached by a buffer pool that keeps compressed blocks
-//! and uncompressed frames on separate LRU lists ([`barracuda_pool`]), over an
-//! io_uring file layer with O_DIRECT ([`barracuda_io`]). The compressed block
-//! format lives in [`barracuda_codec`]. [`Db`] ties them together with a
-//! write-ahead log ([`wal`]), checkpoints and crash recovery.
+//! (`barracuda-btree`), cached by a buffer pool that keeps compressed blocks
+//! and uncompressed frames on separate LRU lists (`barracuda-pool`), over an
+//! io_uring file layer with O_DIRECT (`barracuda-io`). The compressed block
+//! format lives in `barracuda-codec`. [`Db`] ties them together with a
+//! write-ahead log, checkpoints and crash recovery. Those crates are internal:
+//! this crate exports the whole API, listed in one place below, and its
+//! [`Error`] names the store's conditions, not theirs.
 //!
 //! What it is not: a server, a SQL or document database, or a distributed
 //! store. It has no multi-statement transactions with reads: a

@@ -38,8 +38,8 @@ pub struct RecordCacheStatus {
     pub reinsertions: u64,
     /// Records removed by writes.
     pub invalidations: u64,
-    /// Whether the shards besides the probe hold records now
-    /// ([`RecordCache::rebalance`]).
+    /// Whether the shards besides the probe hold records now (the cache
+    /// weighs them against the pool in windows of probe gets).
     pub others_enabled: bool,
     /// Windows the cache weighed its shards against the pool.
     pub rebalances: u64,

@@ -130,7 +130,7 @@ pub struct WalStats {
     pub durable_lsn: u64,
     /// Recovery starts here.
     pub checkpoint_lsn: u64,
-    /// The log's budget after a checkpoint ([`WalOptions::log_bytes`]).
+    /// The log's budget after a checkpoint (`Options::log_bytes`).
     pub log_bytes: u64,
     /// Segment files now.
     pub segments: u64,

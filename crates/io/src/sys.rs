@@ -200,6 +200,7 @@ impl SyncState {
 
     /// Forgets a failure (the fault backend after a simulated crash and
     /// reopen).
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn reset(&self) {
         *self.errno.lock() = None;
         self.failed.store(false, Ordering::Release);

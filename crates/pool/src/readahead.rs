@@ -37,7 +37,7 @@
 //!
 //! Installing by callers only does not scale: with 16 clients each fix of
 //! a page in flight queues behind the others' installs on one mutex, which
-//! halved the range-scan rate of `barracuda bench iothreads` with
+//! halved the range-scan rate of `barracuda-bench iothreads` with
 //! read-ahead on.
 
 use std::sync::atomic::{AtomicU32, Ordering};
