@@ -139,43 +139,82 @@ impl Desc {
     }
 
     /// Blocks until the latch is held in the given mode.
-    pub(crate) fn lock(&self, exclusive: bool) {
+    pub(crate) fn latch(&self, exclusive: bool) -> LatchGuard<'_> {
         if exclusive {
             self.latch.lock_exclusive();
         } else {
             self.latch.lock_shared();
         }
-    }
-
-    pub(crate) fn try_lock_exclusive(&self) -> bool {
-        self.latch.try_lock_exclusive()
-    }
-
-    pub(crate) fn try_lock_shared(&self) -> bool {
-        self.latch.try_lock_shared()
-    }
-
-    /// Releases the latch.
-    ///
-    /// # Safety
-    /// The caller holds the latch in the given mode.
-    pub(crate) unsafe fn unlock(&self, exclusive: bool) {
-        if exclusive {
-            // SAFETY: the caller holds the latch exclusively.
-            unsafe { self.latch.unlock_exclusive() };
-        } else {
-            // SAFETY: the caller holds the latch shared.
-            unsafe { self.latch.unlock_shared() };
+        LatchGuard {
+            desc: self,
+            exclusive,
         }
     }
 
-    /// Turns an exclusive latch into a shared one without letting a writer in.
+    /// The latch held exclusively, if nobody holds it now.
+    pub(crate) fn try_latch_exclusive(&self) -> Option<LatchGuard<'_>> {
+        self.latch.try_lock_exclusive().then_some(LatchGuard {
+            desc: self,
+            exclusive: true,
+        })
+    }
+
+    /// The latch held shared, if no writer holds it now.
+    pub(crate) fn try_latch_shared(&self) -> Option<LatchGuard<'_>> {
+        self.latch.try_lock_shared().then_some(LatchGuard {
+            desc: self,
+            exclusive: false,
+        })
+    }
+}
+
+/// A page latch held in one mode, released when dropped.
+///
+/// The latch of a page read ahead is held on behalf of the read, by no
+/// thread: [`LatchGuard::hand_over`] leaves it held past the guard, and
+/// whoever installs the read's completion takes it back with
+/// [`LatchGuard::take_over`] (parking_lot's raw latch has no owner thread).
+#[must_use = "the latch is released when the guard drops"]
+pub(crate) struct LatchGuard<'a> {
+    desc: &'a Desc,
+    exclusive: bool,
+}
+
+impl<'a> LatchGuard<'a> {
+    /// Takes over a latch that [`LatchGuard::hand_over`] left held.
     ///
     /// # Safety
-    /// The caller holds the latch exclusively.
-    pub(crate) unsafe fn downgrade(&self) {
-        // SAFETY: the caller holds the latch exclusively.
-        unsafe { self.latch.downgrade() };
+    /// The latch of `desc` is held in the given mode on behalf of nobody
+    /// else: its guard was handed over, and nothing will release it but the
+    /// guard returned here.
+    pub(crate) unsafe fn take_over(desc: &'a Desc, exclusive: bool) -> Self {
+        Self { desc, exclusive }
+    }
+
+    /// Leaves the latch held after the guard is gone, for a holder that is
+    /// not a thread (a read in flight); see [`LatchGuard::take_over`].
+    pub(crate) fn hand_over(self) {
+        std::mem::forget(self);
+    }
+
+    /// Turns an exclusive latch into a shared one without letting a writer in.
+    pub(crate) fn downgrade(&mut self) {
+        assert!(self.exclusive, "downgrade of a shared latch");
+        // SAFETY: this guard holds the latch exclusively (checked above).
+        unsafe { self.desc.latch.downgrade() };
+        self.exclusive = false;
+    }
+}
+
+impl Drop for LatchGuard<'_> {
+    fn drop(&mut self) {
+        if self.exclusive {
+            // SAFETY: this guard holds the latch exclusively.
+            unsafe { self.desc.latch.unlock_exclusive() };
+        } else {
+            // SAFETY: this guard holds the latch shared.
+            unsafe { self.desc.latch.unlock_shared() };
+        }
     }
 }
 

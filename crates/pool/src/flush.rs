@@ -134,10 +134,11 @@ impl BufferPool {
         let mut outcome = Ok(());
         for &d in victims {
             let desc = &self.descs[d as usize];
-            if outcome.is_ok() && desc.try_lock_shared() {
+            if outcome.is_ok()
+                && let Some(latch) = desc.try_latch_shared()
+            {
                 let copied = self.copy_for_write(d, requests.len() as u64);
-                // SAFETY: locked shared just above.
-                unsafe { desc.unlock(false) };
+                drop(latch);
                 match copied {
                     Ok(Some((request, version))) => {
                         requests.push(request);
@@ -371,10 +372,9 @@ impl BufferPool {
                 break;
             };
             let desc = &self.descs[d as usize];
-            desc.lock(false);
+            let latch = desc.latch(false);
             let copied = self.copy_for_write(d, requests.len() as u64);
-            // SAFETY: locked shared just above.
-            unsafe { desc.unlock(false) };
+            drop(latch);
             desc.unpin();
             match copied {
                 Ok(Some((request, version))) => {

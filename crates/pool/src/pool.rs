@@ -23,7 +23,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::arena::{Arena, ChunkAllocator, NIL};
 use crate::backend::{DurableLsn, PageCodec, PageFile};
 use crate::config::PoolConfig;
-use crate::desc::{Desc, Dirty, State};
+use crate::desc::{Desc, Dirty, LatchGuard, State};
 use crate::error::{PoolError, Result};
 use crate::lists::{List, Lru, OldFlags};
 use crate::policy::{LruStats, PolicyState, Victim};
@@ -365,8 +365,13 @@ impl BufferPool {
     }
 
     /// Fixes a page: on return it is pinned and latched (shared or
-    /// exclusive) and its frame holds the page.
-    pub(crate) fn fix(&self, page_id: PageId, exclusive: bool, access: Access) -> Result<u32> {
+    /// exclusive, the returned latch) and its frame holds the page.
+    pub(crate) fn fix(
+        &self,
+        page_id: PageId,
+        exclusive: bool,
+        access: Access,
+    ) -> Result<(u32, LatchGuard<'_>)> {
         self.counters.page_gets.add(1);
         loop {
             let pinned = self.table.with_entry(page_id, |d| {
@@ -378,68 +383,65 @@ impl BufferPool {
                     self.wait_read_ahead(d);
                 }
                 match self.latch_pinned(d, page_id, exclusive, access)? {
-                    Some(d) => return Ok(d),
+                    Some(latch) => return Ok((d, latch)),
                     None => continue,
                 }
             }
-            if let Some(d) = self.read_page(page_id, exclusive)? {
-                return Ok(d);
+            if let Some(fixed) = self.read_page(page_id, exclusive)? {
+                return Ok(fixed);
             }
         }
     }
 
     /// Latches a pinned page and makes sure it has a frame. `None` when a
-    /// read-ahead of the page failed: the caller looks it up again.
+    /// read-ahead of the page failed: the caller looks it up again. On an
+    /// error or `None` the page is unlatched and unpinned.
     fn latch_pinned(
         &self,
         d: u32,
         page_id: PageId,
         exclusive: bool,
         access: Access,
-    ) -> Result<Option<u32>> {
+    ) -> Result<Option<LatchGuard<'_>>> {
         let desc = &self.descs[d as usize];
-        desc.lock(exclusive);
+        let mut latch = desc.latch(exclusive);
+        // The latch is released before the pin on every way out: an
+        // unpinned page has no latch holder.
+        let release = |latch: LatchGuard<'_>| {
+            drop(latch);
+            desc.unpin();
+        };
         match desc.state() {
             State::Both | State::Frame => {}
             State::FrameOnly if !exclusive => {}
             State::FrameOnly => {
                 // A writer changes the block too: read it back first.
                 if let Err(e) = self.reload_block(d, page_id) {
-                    // SAFETY: locked exclusively above.
-                    unsafe { desc.unlock(true) };
-                    desc.unpin();
+                    release(latch);
                     return Err(e);
                 }
             }
             State::Compressed => {
                 if !exclusive {
-                    // SAFETY: locked shared just above.
-                    unsafe { desc.unlock(false) };
-                    desc.lock(true);
+                    drop(latch);
+                    latch = desc.latch(true);
                 }
                 if desc.state() == State::Compressed
                     && let Err(e) = self.unzip(d, page_id, exclusive)
                 {
-                    // SAFETY: locked exclusively above.
-                    unsafe { desc.unlock(true) };
-                    desc.unpin();
+                    release(latch);
                     return Err(e);
                 }
                 if !exclusive {
-                    // SAFETY: locked exclusively above.
-                    unsafe { desc.downgrade() };
+                    latch.downgrade();
                 }
             }
             State::Failed => {
-                // SAFETY: locked above in this mode.
-                unsafe { desc.unlock(exclusive) };
-                desc.unpin();
+                release(latch);
                 return Err(PoolError::ReadFailed { page_id });
             }
             State::Abandoned => {
-                // SAFETY: locked above in this mode.
-                unsafe { desc.unlock(exclusive) };
-                desc.unpin();
+                release(latch);
                 return Ok(None);
             }
             state @ (State::Free | State::Reading | State::ReadAhead) => {
@@ -447,7 +449,7 @@ impl BufferPool {
             }
         }
         self.touch(d, access);
-        Ok(Some(d))
+        Ok(Some(latch))
     }
 
     /// Records an access; makes the page young when InnoDB would, except
@@ -1083,9 +1085,14 @@ impl BufferPool {
     }
 
     /// Registers memory for `page_id` in the page table, pinned and
-    /// exclusively latched by the caller, in state `Reading`. False if the
-    /// page is already there.
-    pub(crate) fn claim(&self, inner: &mut Inner, page_id: PageId, memory: PageMemory) -> bool {
+    /// exclusively latched by the caller (the returned latch), in state
+    /// `Reading`. `None` if the page is already there.
+    pub(crate) fn claim(
+        &self,
+        inner: &mut Inner,
+        page_id: PageId,
+        memory: PageMemory,
+    ) -> Option<LatchGuard<'_>> {
         self.claim_as(inner, page_id, memory, State::Reading)
     }
 
@@ -1096,15 +1103,17 @@ impl BufferPool {
         page_id: PageId,
         memory: PageMemory,
         state: State,
-    ) -> bool {
+    ) -> Option<LatchGuard<'_>> {
         let mut shard = self.table.lock(page_id);
         if shard.contains_key(&page_id) {
-            return false;
+            return None;
         }
         let d = memory.desc;
         let desc = &self.descs[d as usize];
         assert_eq!(desc.pins(), 0, "free descriptor {d} is pinned");
-        assert!(desc.try_lock_exclusive(), "free descriptor {d} is latched");
+        let Some(latch) = desc.try_latch_exclusive() else {
+            panic!("free descriptor {d} is latched");
+        };
         desc.pin();
         desc.set_page_id(page_id);
         desc.set_state(state);
@@ -1119,22 +1128,21 @@ impl BufferPool {
         }
         inner.dirty[d as usize] = Dirty::default();
         shard.insert(page_id, d);
-        true
+        Some(latch)
     }
 
     /// A miss: reads, verifies and decompresses the page. `None` if another
     /// thread cached it meanwhile (the caller retries the lookup).
-    fn read_page(&self, page_id: PageId, exclusive: bool) -> Result<Option<u32>> {
+    fn read_page(&self, page_id: PageId, exclusive: bool) -> Result<Option<(u32, LatchGuard<'_>)>> {
         let (mut inner, memory) =
             self.with_memory(page_id, |inner| self.alloc_page_memory(inner))?;
-        if !self.claim(&mut inner, page_id, memory) {
+        let Some(mut latch) = self.claim(&mut inner, page_id, memory) else {
             self.free_page_memory(&mut inner, memory);
             return Ok(None);
-        }
+        };
         inner.reading_count += 1;
         drop(inner);
         let d = memory.desc;
-        let desc = &self.descs[d as usize];
         match self.load(page_id, memory) {
             Ok((read_ns, unzip_ns, source)) => {
                 let on_probation = self.config.os_cache_tier && source == Source::Device;
@@ -1167,8 +1175,7 @@ impl BufferPool {
                     .read_time_ns
                     .fetch_add(read_ns as u64, Ordering::Relaxed);
                 if !exclusive {
-                    // SAFETY: `claim` latched the page exclusively for us.
-                    unsafe { desc.downgrade() };
+                    latch.downgrade();
                 }
                 if source == Source::OsCache {
                     // The pool keeps it now: the OS page cache makes room
@@ -1180,10 +1187,10 @@ impl BufferPool {
                         .file
                         .uncache(self.unit_offset(page_id), self.unit_size_bytes as u64);
                 }
-                Ok(Some(d))
+                Ok(Some((d, latch)))
             }
             Err(e) => {
-                self.abort_read(page_id, memory);
+                self.abort_read(page_id, memory, latch);
                 Err(e)
             }
         }
@@ -1245,13 +1252,21 @@ impl BufferPool {
     }
 
     /// Undoes a claimed read that failed: waiters will see `Failed`.
-    fn abort_read(&self, page_id: PageId, memory: PageMemory) {
-        self.abort_claim(page_id, memory, State::Failed);
+    fn abort_read(&self, page_id: PageId, memory: PageMemory, latch: LatchGuard<'_>) {
+        self.abort_claim(page_id, memory, State::Failed, latch);
     }
 
     /// Undoes a claimed read, leaving the descriptor in `state` (`Failed`
     /// or `Abandoned`) for its waiters, then unlatches and unpins it.
-    pub(crate) fn abort_claim(&self, page_id: PageId, memory: PageMemory, state: State) {
+    /// `latch` is the exclusive latch `claim` took (for a read-ahead: on its
+    /// behalf, taken over by the caller, who installs its completion).
+    pub(crate) fn abort_claim(
+        &self,
+        page_id: PageId,
+        memory: PageMemory,
+        state: State,
+        latch: LatchGuard<'_>,
+    ) {
         let d = memory.desc;
         let desc = &self.descs[d as usize];
         let mut inner = self.inner.lock();
@@ -1270,25 +1285,23 @@ impl BufferPool {
         desc.set_state(state);
         inner.zombies.push(d);
         drop(inner);
-        // SAFETY: `claim` latched the page exclusively for us (for a
-        // read-ahead: on its behalf, and the caller installs its completion).
-        unsafe { desc.unlock(true) };
+        drop(latch);
         desc.unpin();
     }
 
     /// Caches a new page, zero-filled, exclusively latched. Its block is
     /// compressed from the zero page; the caller's `commit` makes it dirty.
-    pub(crate) fn create_page(&self, page_id: PageId) -> Result<u32> {
+    pub(crate) fn create_page(&self, page_id: PageId) -> Result<(u32, LatchGuard<'_>)> {
         let (mut inner, memory) =
             self.with_memory(page_id, |inner| self.alloc_page_memory(inner))?;
-        if !self.claim(&mut inner, page_id, memory) {
+        let Some(latch) = self.claim(&mut inner, page_id, memory) else {
             self.free_page_memory(&mut inner, memory);
             return Err(PoolError::AlreadyExists { page_id });
-        }
+        };
         inner.reading_count += 1;
         drop(inner);
         if let Err(e) = self.format_new(page_id, memory) {
-            self.abort_read(page_id, memory);
+            self.abort_read(page_id, memory, latch);
             return Err(e);
         }
         let mut inner = self.inner.lock();
@@ -1296,7 +1309,7 @@ impl BufferPool {
         inner.dirty[memory.desc as usize].unwritten = true;
         self.publish(&mut inner, memory, true);
         self.counters.pages_created.fetch_add(1, Ordering::Relaxed);
-        Ok(memory.desc)
+        Ok((memory.desc, latch))
     }
 
     /// Zero-fills a claimed page and compresses the zero page into its block.

@@ -51,7 +51,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::arena::NIL;
 use crate::config::PoolConfig;
-use crate::desc::State;
+use crate::desc::{LatchGuard, State};
 use crate::error::{PoolError, Result};
 use crate::pool::{AllocError, BufferPool, Inner, PageMemory, Services};
 
@@ -321,10 +321,12 @@ impl BufferPool {
                 }
                 Err(AllocError::Exhausted(_)) => break,
             };
-            if !self.claim_as(&mut inner, page_id, memory, State::ReadAhead) {
+            let Some(latch) = self.claim_as(&mut inner, page_id, memory, State::ReadAhead) else {
                 self.free_page_memory(&mut inner, memory);
                 continue;
-            }
+            };
+            // Held on behalf of the read until its completion is installed.
+            latch.hand_over();
             inner.reading_count += 1;
             self.read_ahead.in_flight.fetch_add(1, Ordering::AcqRel);
             drop(inner);
@@ -375,6 +377,10 @@ impl BufferPool {
             block_slot: desc.block_slot(),
         };
         debug_assert_eq!(desc.state(), State::ReadAhead);
+        // SAFETY: `claim_as` latched the page exclusively on behalf of this
+        // read and handed the latch over; the read's completion, which we
+        // hold, is what releases it, and only once.
+        let latch = unsafe { LatchGuard::take_over(desc, true) };
         let offset_bytes = completion.offset_bytes;
         let checked = completion
             .result
@@ -403,7 +409,7 @@ impl BufferPool {
             self.counters
                 .read_ahead_failed
                 .fetch_add(1, Ordering::Relaxed);
-            self.abort_claim(page_id, memory, State::Abandoned);
+            self.abort_claim(page_id, memory, State::Abandoned, latch);
             self.read_ahead.wake(d);
             return;
         }
@@ -414,10 +420,9 @@ impl BufferPool {
         inner.stats.add_io(1);
         drop(inner);
         self.counters.read_ahead.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: latched exclusively on behalf of this read by
-        // `claim_as`; the read is over and the page published, so the latch
-        // is released for it (parking_lot's raw latch has no owner thread).
-        unsafe { desc.unlock(true) };
+        // The read is over and the page published: its latch is released
+        // (before the pin, as always).
+        drop(latch);
         desc.unpin();
         self.read_ahead.wake(d);
     }
