@@ -218,6 +218,11 @@ impl Drop for LatchGuard<'_> {
     }
 }
 
+/// The LSN of a page committed with
+/// [`ExclusiveGuard::commit_pending_lsn`](crate::ExclusiveGuard::commit_pending_lsn)
+/// until the log assigns its real one.
+pub const LSN_PENDING: Lsn = Lsn(u64::MAX);
+
 /// Dirty state of a page, under the pool mutex.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Dirty {
