@@ -18,11 +18,11 @@ use crate::error::Result;
 /// looks at for dirty pages to write with a victim (InnoDB's
 /// `innodb_lru_scan_depth` is per buffer pool instance and larger; this
 /// bounds the work under the pool mutex).
-pub(crate) const LRU_FLUSH_SCAN_MAX: usize = 256;
+const LRU_FLUSH_SCAN_MAX: usize = 256;
 
 /// A victim's batch from the LRU list's tail takes at most this share of
 /// the pool's chunks (1/32).
-pub(crate) const LRU_FLUSH_POOL_SHARE: usize = 32;
+const LRU_FLUSH_POOL_SHARE: usize = 32;
 
 /// The pool's writer of dirty pages: the flush list's walks and the LRU
 /// list's tail, batched under the write-ahead rule. The dirty state itself

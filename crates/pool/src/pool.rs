@@ -404,7 +404,7 @@ impl BufferPool {
 
     /// Fixes a page: on return it is pinned and latched (shared or
     /// exclusive, the returned latch) and its frame holds the page.
-    pub(crate) fn fix(
+    fn fix(
         &self,
         page_id: PageId,
         exclusive: bool,
@@ -584,7 +584,7 @@ impl BufferPool {
 
     /// Runs an allocation under the pool mutex, writing dirty victims and
     /// retrying as needed. Returns with the mutex held.
-    pub(crate) fn with_memory<T>(
+    fn with_memory<T>(
         &self,
         page_id: PageId,
         mut alloc: impl FnMut(&mut Inner) -> Result<T, AllocError>,
@@ -804,7 +804,7 @@ impl BufferPool {
 
     /// Caches a new page, zero-filled, exclusively latched. Its block is
     /// compressed from the zero page; the caller's `commit` makes it dirty.
-    pub(crate) fn create_page(&self, page_id: PageId) -> Result<(u32, LatchGuard<'_>)> {
+    fn create_page(&self, page_id: PageId) -> Result<(u32, LatchGuard<'_>)> {
         let (mut inner, memory) =
             self.with_memory(page_id, |inner| self.cache.alloc_page_memory(inner))?;
         let Some(latch) = self.cache.claim(&mut inner, page_id, memory) else {

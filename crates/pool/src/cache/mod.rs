@@ -202,13 +202,13 @@ impl Cache {
     }
 
     /// The frame bytes of a chunk.
-    pub(crate) fn frame_ptr(&self, chunk: u32) -> *mut u8 {
+    fn frame_ptr(&self, chunk: u32) -> *mut u8 {
         self.arena
             .ptr(chunk as usize * self.page_size_bytes, self.page_size_bytes)
     }
 
     /// The block bytes of a slot.
-    pub(crate) fn slot_ptr(&self, slot: u32) -> *mut u8 {
+    pub(super) fn slot_ptr(&self, slot: u32) -> *mut u8 {
         self.arena
             .ptr(slot as usize * self.unit_size_bytes, self.unit_size_bytes)
     }
