@@ -398,7 +398,9 @@ impl ChunkAllocator {
                 ChunkUse::Slab { used_mask } => {
                     let used = used_mask.count_ones();
                     assert!(used > 0 && !in_free, "empty or free-listed slab {chunk}");
-                    assert!(*used_mask >> self.slots_per_chunk == 0 || self.slots_per_chunk == 64);
+                    // A 64-slot chunk uses every bit (and a shift by 64
+                    // overflows): test its width first.
+                    assert!(self.slots_per_chunk == 64 || *used_mask >> self.slots_per_chunk == 0);
                     assert_eq!(
                         in_partial,
                         used < self.slots_per_chunk,
