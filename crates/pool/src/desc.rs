@@ -153,7 +153,9 @@ impl Desc {
 
     /// The latch held exclusively, if nobody holds it now.
     pub(crate) fn try_latch_exclusive(&self) -> Option<LatchGuard<'_>> {
-        self.latch.try_lock_exclusive().then_some(LatchGuard {
+        // `then`, not `then_some`: a guard built before the test would be
+        // dropped on failure and release a latch it never held.
+        self.latch.try_lock_exclusive().then(|| LatchGuard {
             desc: self,
             exclusive: true,
         })
@@ -161,7 +163,8 @@ impl Desc {
 
     /// The latch held shared, if no writer holds it now.
     pub(crate) fn try_latch_shared(&self) -> Option<LatchGuard<'_>> {
-        self.latch.try_lock_shared().then_some(LatchGuard {
+        // `then`, not `then_some`: see `try_latch_exclusive`.
+        self.latch.try_lock_shared().then(|| LatchGuard {
             desc: self,
             exclusive: false,
         })
@@ -208,6 +211,19 @@ impl<'a> LatchGuard<'a> {
 
 impl Drop for LatchGuard<'_> {
     fn drop(&mut self) {
+        // A guard releases only a latch held in its mode: a release of a
+        // free latch would corrupt the lock's state for its next holder.
+        if self.exclusive {
+            debug_assert!(
+                self.desc.latch.is_locked_exclusive(),
+                "release of an exclusive latch that is not held"
+            );
+        } else {
+            debug_assert!(
+                self.desc.latch.is_locked() && !self.desc.latch.is_locked_exclusive(),
+                "release of a shared latch that is not held"
+            );
+        }
         if self.exclusive {
             // SAFETY: this guard holds the latch exclusively.
             unsafe { self.desc.latch.unlock_exclusive() };
@@ -241,4 +257,33 @@ pub(crate) struct Dirty {
     /// the file since: the file holds no block of it that recovery could
     /// start from ([`crate::BufferPool::is_unwritten`]).
     pub(crate) unwritten: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A latch attempt that fails leaves the latch exactly as its holder
+    /// has it: the failed attempt releases nothing.
+    #[test]
+    fn a_failed_try_latch_leaves_the_latch_alone() {
+        let desc = Desc::new();
+        let writer = desc.latch(true);
+        assert!(desc.try_latch_shared().is_none());
+        assert!(desc.try_latch_exclusive().is_none());
+        assert!(desc.latch.is_locked_exclusive());
+        drop(writer);
+
+        let reader = desc.latch(false);
+        assert!(desc.try_latch_exclusive().is_none());
+        let second = desc.try_latch_shared().expect("readers share the latch");
+        drop(second);
+        assert!(desc.latch.is_locked() && !desc.latch.is_locked_exclusive());
+        drop(reader);
+
+        assert!(!desc.latch.is_locked());
+        let again = desc.try_latch_exclusive().expect("the latch is free");
+        drop(again);
+        assert!(!desc.latch.is_locked());
+    }
 }
