@@ -14,9 +14,9 @@ use barracuda_io::{AlignedBuf, BlockFile, CompletionSender, IoRequest};
 use parking_lot::Mutex;
 
 use crate::backend::{AppendOutcome, CompressOutcome, PageCodec, PageFile};
+use crate::counters::CodecCounters;
 use crate::doublewrite::Doublewrite;
 use crate::error::{PoolError, Result};
-use crate::status::CodecCounters;
 
 /// `barracuda-codec` as the pool's codec. A `BlockCodec` is a per-thread
 /// context (library state and scratch buffer); this keeps a stack of them

@@ -8,8 +8,8 @@
 use barracuda_codec::{Lsn, PageId};
 use barracuda_io::{AlignedBuf, CompletionSender, IoError, IoRequest, OpKind};
 
+use crate::counters::CodecCounters;
 use crate::error::{PoolError, Result};
-use crate::status::CodecCounters;
 
 /// Did a page fit its block?
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -145,7 +145,7 @@ fn run(shared: &Shared) {
             {
                 tracing::warn!("background flush failed: {e}");
             }
-            let short = pool.memory_is_short() && pool.dirty_page_count() > 0;
+            let short = pool.cache.memory_is_short() && pool.dirty_page_count() > 0;
             if short && let Err(e) = pool.flush_lru_tail() {
                 tracing::warn!("background LRU flush failed: {e}");
             }
@@ -158,4 +158,33 @@ fn run(shared: &Shared) {
             }
         }
     }
+}
+
+impl BufferPool {
+    /// Starts a thread that writes up to `batch_pages` dirty pages every
+    /// `interval`, oldest change first ([`BufferPool::flush_some`]), and
+    /// while memory is short and pages are dirty, the dirty pages at the
+    /// LRU list's tail ([`BufferPool::flush_lru_tail`]) ten times per
+    /// `interval` instead: a [`PageCleaner`] of this pool alone.
+    /// It stops when the handle is dropped or the pool is gone.
+    pub fn spawn_flusher(
+        self: &Arc<Self>,
+        interval: Duration,
+        batch_pages: usize,
+    ) -> FlusherHandle {
+        let cleaner = PageCleaner::start(interval, batch_pages);
+        let registration = cleaner.register(self);
+        FlusherHandle {
+            _registration: registration,
+            _cleaner: cleaner,
+        }
+    }
+}
+
+/// Stops the background flusher of [`BufferPool::spawn_flusher`] when
+/// dropped.
+pub struct FlusherHandle {
+    // Dropped first: the pool leaves the cleaner, then the cleaner stops.
+    _registration: CleanerRegistration,
+    _cleaner: PageCleaner,
 }

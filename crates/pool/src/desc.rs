@@ -139,45 +139,105 @@ impl Desc {
     }
 
     /// Blocks until the latch is held in the given mode.
-    pub(crate) fn lock(&self, exclusive: bool) {
+    pub(crate) fn latch(&self, exclusive: bool) -> LatchGuard<'_> {
         if exclusive {
             self.latch.lock_exclusive();
         } else {
             self.latch.lock_shared();
         }
-    }
-
-    pub(crate) fn try_lock_exclusive(&self) -> bool {
-        self.latch.try_lock_exclusive()
-    }
-
-    pub(crate) fn try_lock_shared(&self) -> bool {
-        self.latch.try_lock_shared()
-    }
-
-    /// Releases the latch.
-    ///
-    /// # Safety
-    /// The caller holds the latch in the given mode.
-    pub(crate) unsafe fn unlock(&self, exclusive: bool) {
-        if exclusive {
-            // SAFETY: the caller holds the latch exclusively.
-            unsafe { self.latch.unlock_exclusive() };
-        } else {
-            // SAFETY: the caller holds the latch shared.
-            unsafe { self.latch.unlock_shared() };
+        LatchGuard {
+            desc: self,
+            exclusive,
         }
     }
 
-    /// Turns an exclusive latch into a shared one without letting a writer in.
-    ///
-    /// # Safety
-    /// The caller holds the latch exclusively.
-    pub(crate) unsafe fn downgrade(&self) {
-        // SAFETY: the caller holds the latch exclusively.
-        unsafe { self.latch.downgrade() };
+    /// The latch held exclusively, if nobody holds it now.
+    pub(crate) fn try_latch_exclusive(&self) -> Option<LatchGuard<'_>> {
+        // `then`, not `then_some`: a guard built before the test would be
+        // dropped on failure and release a latch it never held.
+        self.latch.try_lock_exclusive().then(|| LatchGuard {
+            desc: self,
+            exclusive: true,
+        })
+    }
+
+    /// The latch held shared, if no writer holds it now.
+    pub(crate) fn try_latch_shared(&self) -> Option<LatchGuard<'_>> {
+        // `then`, not `then_some`: see `try_latch_exclusive`.
+        self.latch.try_lock_shared().then(|| LatchGuard {
+            desc: self,
+            exclusive: false,
+        })
     }
 }
+
+/// A page latch held in one mode, released when dropped.
+///
+/// The latch of a page read ahead is held on behalf of the read, by no
+/// thread: [`LatchGuard::hand_over`] leaves it held past the guard, and
+/// whoever installs the read's completion takes it back with
+/// [`LatchGuard::take_over`] (parking_lot's raw latch has no owner thread).
+#[must_use = "the latch is released when the guard drops"]
+pub(crate) struct LatchGuard<'a> {
+    desc: &'a Desc,
+    exclusive: bool,
+}
+
+impl<'a> LatchGuard<'a> {
+    /// Takes over a latch that [`LatchGuard::hand_over`] left held.
+    ///
+    /// # Safety
+    /// The latch of `desc` is held in the given mode on behalf of nobody
+    /// else: its guard was handed over, and nothing will release it but the
+    /// guard returned here.
+    pub(crate) unsafe fn take_over(desc: &'a Desc, exclusive: bool) -> Self {
+        Self { desc, exclusive }
+    }
+
+    /// Leaves the latch held after the guard is gone, for a holder that is
+    /// not a thread (a read in flight); see [`LatchGuard::take_over`].
+    pub(crate) fn hand_over(self) {
+        std::mem::forget(self);
+    }
+
+    /// Turns an exclusive latch into a shared one without letting a writer in.
+    pub(crate) fn downgrade(&mut self) {
+        assert!(self.exclusive, "downgrade of a shared latch");
+        // SAFETY: this guard holds the latch exclusively (checked above).
+        unsafe { self.desc.latch.downgrade() };
+        self.exclusive = false;
+    }
+}
+
+impl Drop for LatchGuard<'_> {
+    fn drop(&mut self) {
+        // A guard releases only a latch held in its mode: a release of a
+        // free latch would corrupt the lock's state for its next holder.
+        if self.exclusive {
+            debug_assert!(
+                self.desc.latch.is_locked_exclusive(),
+                "release of an exclusive latch that is not held"
+            );
+        } else {
+            debug_assert!(
+                self.desc.latch.is_locked() && !self.desc.latch.is_locked_exclusive(),
+                "release of a shared latch that is not held"
+            );
+        }
+        if self.exclusive {
+            // SAFETY: this guard holds the latch exclusively.
+            unsafe { self.desc.latch.unlock_exclusive() };
+        } else {
+            // SAFETY: this guard holds the latch shared.
+            unsafe { self.desc.latch.unlock_shared() };
+        }
+    }
+}
+
+/// The LSN of a page committed with
+/// [`ExclusiveGuard::commit_pending_lsn`](crate::ExclusiveGuard::commit_pending_lsn)
+/// until the log assigns its real one.
+pub const LSN_PENDING: Lsn = Lsn(u64::MAX);
 
 /// Dirty state of a page, under the pool mutex.
 #[derive(Clone, Copy, Debug, Default)]
@@ -197,4 +257,33 @@ pub(crate) struct Dirty {
     /// the file since: the file holds no block of it that recovery could
     /// start from ([`crate::BufferPool::is_unwritten`]).
     pub(crate) unwritten: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A latch attempt that fails leaves the latch exactly as its holder
+    /// has it: the failed attempt releases nothing.
+    #[test]
+    fn a_failed_try_latch_leaves_the_latch_alone() {
+        let desc = Desc::new();
+        let writer = desc.latch(true);
+        assert!(desc.try_latch_shared().is_none());
+        assert!(desc.try_latch_exclusive().is_none());
+        assert!(desc.latch.is_locked_exclusive());
+        drop(writer);
+
+        let reader = desc.latch(false);
+        assert!(desc.try_latch_exclusive().is_none());
+        let second = desc.try_latch_shared().expect("readers share the latch");
+        drop(second);
+        assert!(desc.latch.is_locked() && !desc.latch.is_locked_exclusive());
+        drop(reader);
+
+        assert!(!desc.latch.is_locked());
+        let again = desc.try_latch_exclusive().expect("the latch is free");
+        drop(again);
+        assert!(!desc.latch.is_locked());
+    }
 }

@@ -9,12 +9,9 @@ use barracuda_codec::{Lsn, PageId};
 
 use crate::arena::NIL;
 use crate::backend::{AppendOutcome, CompressOutcome};
+use crate::cache::Cache;
+use crate::desc::{LSN_PENDING, LatchGuard};
 use crate::error::{PoolError, Result};
-use crate::pool::{Access, BufferPool};
-
-/// The LSN of a page committed with
-/// [`ExclusiveGuard::commit_pending_lsn`] until the log assigns its real one.
-pub const LSN_PENDING: Lsn = Lsn(u64::MAX);
 
 /// Result of [`ExclusiveGuard::commit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,17 +44,21 @@ const GUARD_UNDO_KEPT_BYTES_MAX: usize = 256 * 1024;
 /// Shared access to a fixed page. The page cannot be evicted or changed
 /// while the guard lives.
 pub struct SharedGuard<'a> {
-    pool: &'a BufferPool,
+    pool: &'a Cache,
     desc: u32,
     page_id: PageId,
+    /// The page's latch, held shared; `None` only while dropping, where it
+    /// is released before the pin.
+    latch: Option<LatchGuard<'a>>,
 }
 
 impl<'a> SharedGuard<'a> {
-    pub(crate) fn new(pool: &'a BufferPool, desc: u32, page_id: PageId) -> Self {
+    pub(crate) fn new(pool: &'a Cache, desc: u32, page_id: PageId, latch: LatchGuard<'a>) -> Self {
         Self {
             pool,
             desc,
             page_id,
+            latch: Some(latch),
         }
     }
 
@@ -86,10 +87,10 @@ impl std::ops::Deref for SharedGuard<'_> {
 
 impl Drop for SharedGuard<'_> {
     fn drop(&mut self) {
-        let desc = &self.pool.descs[self.desc as usize];
-        // SAFETY: the guard was created holding the latch shared.
-        unsafe { desc.unlock(false) };
-        desc.unpin();
+        // The latch goes before the pin: an unpinned page has no latch
+        // holder, which eviction and reuse of its descriptor rely on.
+        drop(self.latch.take());
+        self.pool.descs[self.desc as usize].unpin();
     }
 }
 
@@ -111,9 +112,12 @@ struct Patch {
 /// become durable-able with [`Self::commit`]; uncommitted changes are rolled
 /// back when the guard drops.
 pub struct ExclusiveGuard<'a> {
-    pool: &'a BufferPool,
+    pool: &'a Cache,
     desc: u32,
     page_id: PageId,
+    /// The page's latch, held exclusively; `None` only while dropping, where
+    /// it is released before the pin.
+    latch: Option<LatchGuard<'a>>,
     patches: Vec<Patch>,
     undo: Vec<u8>,
     /// A created page is dirty at its first commit even without patches.
@@ -121,7 +125,13 @@ pub struct ExclusiveGuard<'a> {
 }
 
 impl<'a> ExclusiveGuard<'a> {
-    pub(crate) fn new(pool: &'a BufferPool, desc: u32, page_id: PageId, created: bool) -> Self {
+    pub(crate) fn new(
+        pool: &'a Cache,
+        desc: u32,
+        page_id: PageId,
+        latch: LatchGuard<'a>,
+        created: bool,
+    ) -> Self {
         let (patches, undo) = GUARD_BUFFERS
             .try_with(|spares| spares.borrow_mut().pop())
             .ok()
@@ -131,6 +141,7 @@ impl<'a> ExclusiveGuard<'a> {
             pool,
             desc,
             page_id,
+            latch: Some(latch),
             patches,
             undo,
             created,
@@ -265,7 +276,7 @@ impl<'a> ExclusiveGuard<'a> {
     /// log record is written (the tree commits a page, the write-ahead log
     /// later assigns the whole operation's LSN): the page becomes dirty at
     /// [`LSN_PENDING`], which no durable LSN reaches, so it is neither
-    /// evicted nor written until [`BufferPool::set_page_lsn`] gives it the
+    /// evicted nor written until [`BufferPool::set_page_lsn`](crate::BufferPool::set_page_lsn) gives it the
     /// real LSN.
     pub fn commit_pending_lsn(&mut self) -> Result<CommitOutcome> {
         self.commit(LSN_PENDING)
@@ -349,10 +360,9 @@ impl std::ops::Deref for ExclusiveGuard<'_> {
 impl Drop for ExclusiveGuard<'_> {
     fn drop(&mut self) {
         self.rollback();
-        let desc = &self.pool.descs[self.desc as usize];
-        // SAFETY: the guard was created holding the latch exclusively.
-        unsafe { desc.unlock(true) };
-        desc.unpin();
+        // The latch goes before the pin, as for a shared guard.
+        drop(self.latch.take());
+        self.pool.descs[self.desc as usize].unpin();
         if self.undo.capacity() <= GUARD_UNDO_KEPT_BYTES_MAX {
             let buffers = (
                 std::mem::take(&mut self.patches),
@@ -366,33 +376,5 @@ impl Drop for ExclusiveGuard<'_> {
                 }
             });
         }
-    }
-}
-
-impl BufferPool {
-    /// Fixes a page for reading: pins it, latches it shared, and makes sure
-    /// its frame holds the page (reading or decompressing as needed).
-    pub fn fix_shared(&self, page_id: PageId) -> Result<SharedGuard<'_>> {
-        self.fix_shared_as(page_id, Access::Scan)
-    }
-
-    /// Fixes a page for reading, telling the LRU what kind of access this is
-    /// ([`Access`]: a point read's re-reference makes an old page young).
-    pub fn fix_shared_as(&self, page_id: PageId, access: Access) -> Result<SharedGuard<'_>> {
-        let desc = self.fix(page_id, false, access)?;
-        Ok(SharedGuard::new(self, desc, page_id))
-    }
-
-    /// Fixes a page for writing.
-    pub fn fix_exclusive(&self, page_id: PageId) -> Result<ExclusiveGuard<'_>> {
-        let desc = self.fix(page_id, true, Access::Scan)?;
-        Ok(ExclusiveGuard::new(self, desc, page_id, false))
-    }
-
-    /// Caches a new, zero-filled page (no read), exclusively fixed. It
-    /// becomes dirty at its first `commit`.
-    pub fn create(&self, page_id: PageId) -> Result<ExclusiveGuard<'_>> {
-        let desc = self.create_page(page_id)?;
-        Ok(ExclusiveGuard::new(self, desc, page_id, true))
     }
 }

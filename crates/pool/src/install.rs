@@ -17,11 +17,11 @@ impl BufferPool {
     /// The on-disk image of the page `guard` holds (see the module docs).
     pub fn image<'g>(&'g self, guard: &'g SharedGuard<'_>) -> &'g [u8] {
         let d = self.pinned_desc(guard.page_id());
-        let desc = &self.descs[d as usize];
+        let desc = &self.cache.descs[d as usize];
         // Only clean pages are kept without their block, and the log asks
         // for images of pages an operation just changed.
         assert!(
-            !self.compressed || desc.block_slot() != crate::arena::NIL,
+            !self.cache.compressed || desc.block_slot() != crate::arena::NIL,
             "{}: image of a page kept as its frame alone",
             guard.page_id()
         );
@@ -29,10 +29,10 @@ impl BufferPool {
         // block and frame are neither freed nor written while it lives, and
         // the returned slice borrows the guard.
         unsafe {
-            if self.compressed {
-                self.block(desc.block_slot())
+            if self.cache.compressed {
+                self.cache.block(desc.block_slot())
             } else {
-                self.frame(desc.frame_chunk())
+                self.cache.frame(desc.frame_chunk())
             }
         }
     }
@@ -42,12 +42,12 @@ impl BufferPool {
     /// or exists in the file. The file is not read, so a torn block on disk
     /// does not matter.
     pub fn install_image(&self, page_id: PageId, image: &[u8], lsn: Lsn) -> Result<()> {
-        let unit_bytes = if self.compressed {
+        let unit_bytes = if self.cache.compressed {
             self.config()
                 .block_size_bytes()
-                .unwrap_or(self.page_size_bytes)
+                .unwrap_or(self.cache.page_size_bytes)
         } else {
-            self.page_size_bytes
+            self.cache.page_size_bytes
         };
         if image.len() != unit_bytes {
             return Err(PoolError::Corrupted {
@@ -58,31 +58,37 @@ impl BufferPool {
                 ),
             });
         }
-        let cached = self.table.with_entry(page_id, |d| d).is_some();
+        let cached = self.cache.table.with_entry(page_id, |d| d).is_some();
         let guard = if cached {
             self.fix_exclusive(page_id)?
         } else {
             self.create(page_id)?
         };
         let d = self.pinned_desc(page_id);
-        let desc = &self.descs[d as usize];
+        let desc = &self.cache.descs[d as usize];
         // SAFETY: `guard` holds the page pinned and exclusively latched, and
         // a fixed page always has a frame; frame and block are distinct.
         let (frame, block) = unsafe {
-            let block = self.compressed.then(|| self.block_mut(desc.block_slot()));
-            (self.frame_mut(desc.frame_chunk()), block)
+            let block = self
+                .cache
+                .compressed
+                .then(|| self.cache.block_mut(desc.block_slot()));
+            (self.cache.frame_mut(desc.frame_chunk()), block)
         };
         match block {
             Some(block) => {
                 // Decode first, so a bad image leaves the page as it was.
-                let mut page = vec![0; self.page_size_bytes];
-                self.services.codec.decompress(page_id, image, &mut page)?;
+                let mut page = vec![0; self.cache.page_size_bytes];
+                self.cache
+                    .services
+                    .codec
+                    .decompress(page_id, image, &mut page)?;
                 block.copy_from_slice(image);
                 frame.copy_from_slice(&page);
             }
             None => frame.copy_from_slice(image),
         }
-        self.mark_dirty(d, lsn);
+        self.cache.mark_dirty(d, lsn);
         drop(guard);
         Ok(())
     }
@@ -92,15 +98,16 @@ impl BufferPool {
     /// that fits afresh fits whatever its modification log holds, because
     /// a commit recompresses when the log is full. Changes nothing.
     pub fn would_fit(&self, page_id: PageId, page: &[u8]) -> Result<bool> {
-        if !self.compressed {
+        if !self.cache.compressed {
             return Ok(true);
         }
         let block_bytes = self
             .config()
             .block_size_bytes()
-            .unwrap_or(self.page_size_bytes);
+            .unwrap_or(self.cache.page_size_bytes);
         let mut block = vec![0u8; block_bytes];
         let outcome = self
+            .cache
             .services
             .codec
             .compress_trial(page_id, page, &mut block)?;
@@ -109,7 +116,7 @@ impl BufferPool {
 
     /// The descriptor of a page the caller holds fixed.
     fn pinned_desc(&self, page_id: PageId) -> u32 {
-        match self.table.with_entry(page_id, |d| d) {
+        match self.cache.table.with_entry(page_id, |d| d) {
             Some(d) => d,
             None => unreachable!("{page_id} is fixed, so it is in the page table"),
         }

@@ -51,8 +51,10 @@
 mod adapters;
 mod arena;
 mod backend;
+mod cache;
 mod cleaner;
 mod config;
+mod counters;
 mod desc;
 mod doublewrite;
 mod error;
@@ -74,21 +76,23 @@ pub use adapters::{CodecService, EXTEND_BYTES, FILE_QUEUE_DEPTH_DEFAULT, FileSer
 pub use backend::{
     AppendOutcome, CompressOutcome, DurableLsn, PageCodec, PageFile, UNIT_ALIGNMENT_BYTES_DEFAULT,
 };
-pub use cleaner::{CleanerRegistration, PageCleaner};
+pub use cache::{ManualClock, Services};
+pub use cleaner::{CleanerRegistration, FlusherHandle, PageCleaner};
 pub use config::{
     ARENA_ALIGNMENT_BYTES, BLOCK_SIZE_BYTES_MIN, EXHAUSTED_WAIT_MS_DEFAULT, EvictionPolicy,
     OLD_BLOCKS_PCT_DEFAULT, OLD_BLOCKS_TIME_MS_DEFAULT, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN,
     PageFormat, PoolConfig,
 };
+pub use counters::CodecCounters;
+pub use desc::LSN_PENDING;
 pub use doublewrite::{DOUBLEWRITE_SLOTS, RestoreReport};
 pub use error::{PoolError, Result};
-pub use flush::FlusherHandle;
-pub use guard::{CommitOutcome, ExclusiveGuard, LSN_PENDING, SharedGuard};
+pub use guard::{CommitOutcome, ExclusiveGuard, SharedGuard};
 pub use policy::{
     FRAMES_ONLY_QUIET_MS, IO_TO_UNZIP_FACTOR, IntervalCounts, PolicyStatus, STAT_INTERVAL_COUNT,
     UNZIP_LRU_FLOOR_DIVISOR,
 };
-pub use pool::{Access, BufferPool, GhostBlocks, LEND_KEEP_BYTES_MIN, ManualClock, Services};
+pub use pool::{Access, BufferPool, GhostBlocks, LEND_KEEP_BYTES_MIN};
 pub use readahead::{READ_AHEAD_IN_FLIGHT_DIVISOR, READ_AHEAD_WAIT_STRIPES};
-pub use status::{CodecCounters, LruEntry, PoolStatus};
+pub use status::{LruEntry, PoolStatus};
 pub use table::PageIdHasher;

@@ -13,7 +13,7 @@ use crate::config::EvictionPolicy;
 pub const STAT_INTERVAL_COUNT: usize = 50;
 /// InnoDB updates the LRU statistics once per second (`buf_LRU_stat_update`
 /// from the master thread).
-pub const STAT_INTERVAL_MS: u64 = 1000;
+pub(crate) const STAT_INTERVAL_MS: u64 = 1000;
 /// InnoDB's `BUF_LRU_IO_TO_UNZIP_FACTOR`: one I/O is taken to cost as much as
 /// 50 decompressions.
 pub const IO_TO_UNZIP_FACTOR: u64 = 50;
@@ -120,7 +120,7 @@ impl LruStats {
 }
 
 /// A bounded FIFO set of recently dropped page ids (ARC's ghost lists).
-pub(crate) struct Ghosts {
+struct Ghosts {
     order: VecDeque<(PageId, u64)>,
     members: HashMap<PageId, u64>,
     capacity: usize,

@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 
 /// The most the thread keeps populated ahead of the pool.
-pub(crate) const WINDOW_BYTES_MAX: usize = 4 << 20;
+const WINDOW_BYTES_MAX: usize = 4 << 20;
 
 /// The least it asks for at a time: a wake-up of the thread per chunk would
 /// cost more than the fault it saves.

@@ -1,4 +1,4 @@
-//! Read-ahead: [`BufferPool::prefetch`] reads pages that are not cached
+//! Read-ahead: [`BufferPool::prefetch`](crate::BufferPool::prefetch) reads pages that are not cached
 //! through the file layer's read threads, as one batch, and caches them
 //! compressed-only at the LRU midpoint, as InnoDB caches read-ahead pages.
 //!
@@ -12,7 +12,7 @@
 //!
 //! Who installs completions depends on how the pool was opened:
 //!
-//! - **Installer thread** (a pool from [`BufferPool::open_shared`], as the
+//! - **Installer thread** (a pool from [`BufferPool::open_shared`](crate::BufferPool::open_shared), as the
 //!   database opens it): the first `prefetch` starts one pool-owned thread,
 //!   `bcuda-readahead`, that blocks on the completion queue and installs
 //!   every completion as it arrives. Client threads never install. A fix
@@ -27,7 +27,7 @@
 //!   weakly between completions, and stops when the pool is dropped (the
 //!   drop wakes it and joins it, unless the drop runs on the thread itself,
 //!   which then exits on its own).
-//! - **Caller installs** (a pool from [`BufferPool::open`], not behind an
+//! - **Caller installs** (a pool from [`BufferPool::open`](crate::BufferPool::open), not behind an
 //!   `Arc`): completions are installed by whichever thread calls into the
 //!   pool next: `prefetch` itself, a fix that finds the page in flight (it
 //!   waits by installing completions, one installer at a time, so the page
@@ -50,10 +50,9 @@ use barracuda_io::{AlignedBuf, Completion, CompletionQueue, IoRequest};
 use parking_lot::{Condvar, Mutex};
 
 use crate::arena::NIL;
-use crate::config::PoolConfig;
-use crate::desc::State;
+use crate::cache::{AllocError, Cache, Inner, PageMemory};
+use crate::desc::{LatchGuard, State};
 use crate::error::{PoolError, Result};
-use crate::pool::{AllocError, BufferPool, Inner, PageMemory, Services};
 
 /// At most this fraction (1/n) of the pool's block slots may be held by
 /// read-ahead reads in flight, so that a large prefetch cannot pin the
@@ -86,6 +85,13 @@ struct WaitStripe {
 /// tags are descriptor indexes (u32), so this one cannot collide.
 const STOP_TAG: u64 = u64::MAX;
 
+/// What the installer thread installs completions into: the pool that owns
+/// the read-ahead, which it holds weakly.
+pub(crate) trait Install: Send + Sync {
+    /// Installs one completed read ([`ReadAhead::install`]).
+    fn install(&self, completion: Completion);
+}
+
 /// Read-ahead state of a pool.
 pub(crate) struct ReadAhead {
     /// Completions of read-ahead reads (shared with the installer thread,
@@ -100,7 +106,7 @@ pub(crate) struct ReadAhead {
     installer: Mutex<()>,
     /// The pool itself, weakly, when it was opened behind an `Arc`: what
     /// the installer thread runs on.
-    owner: OnceLock<Weak<BufferPool>>,
+    owner: OnceLock<Weak<dyn Install>>,
     /// The installer thread, once started (`None` inside: it could not be
     /// spawned, and callers install).
     thread: OnceLock<Option<JoinHandle<()>>>,
@@ -139,6 +145,13 @@ impl Drop for ReadAhead {
 }
 
 impl ReadAhead {
+    /// Makes the installer thread, once started, install into `owner` (the
+    /// pool opened behind an `Arc` that holds this read-ahead).
+    pub(crate) fn set_owner(&self, owner: Weak<dyn Install>) {
+        // A fresh pool: nobody else can have set it.
+        let _ = self.owner.set(owner);
+    }
+
     /// Whether a pool-owned thread installs the completions.
     fn installer_thread(&self) -> bool {
         self.thread.get().is_some_and(Option::is_some)
@@ -159,7 +172,7 @@ impl ReadAhead {
 
 /// The installer thread: installs completions as they arrive, holding the
 /// pool only while it has some to install.
-fn install_loop(queue: &CompletionQueue, owner: &Weak<BufferPool>) {
+fn install_loop(queue: &CompletionQueue, owner: &Weak<dyn Install>) {
     loop {
         let mut completion = queue.wait();
         if completion.tag == STOP_TAG {
@@ -170,7 +183,7 @@ fn install_loop(queue: &CompletionQueue, owner: &Weak<BufferPool>) {
             return;
         };
         loop {
-            pool.install_read_ahead(completion);
+            pool.install(completion);
             match queue.try_next() {
                 Some(next) if next.tag != STOP_TAG => completion = next,
                 Some(_) => return,
@@ -180,61 +193,59 @@ fn install_loop(queue: &CompletionQueue, owner: &Weak<BufferPool>) {
     }
 }
 
-impl BufferPool {
-    /// Opens a pool behind an `Arc`, so that read-ahead installs its
-    /// completions on a pool-owned thread (started by the first
-    /// [`BufferPool::prefetch`]) instead of on the threads that fix pages;
-    /// see the module docs. Otherwise as [`BufferPool::open`].
-    pub fn open_shared(config: PoolConfig, services: Services) -> Result<Arc<Self>> {
-        let pool = Arc::new(Self::open(config, services)?);
-        let owner = Arc::downgrade(&pool);
-        // A fresh pool: nobody else can have set it.
-        let _ = pool.read_ahead.owner.set(owner);
-        Ok(pool)
-    }
-
-    /// Hints that `page_ids` will be fixed soon. Pages that are not cached
-    /// (nor being read) are read asynchronously as one batch through the
-    /// file layer, verified, and cached compressed-only in the old sublist;
-    /// a fix of a page still in flight waits for that read.
-    ///
-    /// Never waits for a latch or for I/O and never exceeds the budget: it
-    /// only takes memory it can get by evicting clean, unpinned pages, and
-    /// stops at the first page it cannot place (or when read-ahead already
-    /// holds a quarter of the pool). Failed reads are dropped from the
-    /// read-ahead (logged, counted in `read_ahead_failed`), and a later fix
-    /// of the page reads it again and reports the error.
-    ///
-    /// Returns the number of reads submitted.
-    pub fn prefetch(&self, page_ids: &[PageId]) -> usize {
+impl ReadAhead {
+    /// See [`BufferPool::prefetch`](crate::BufferPool::prefetch).
+    pub(crate) fn prefetch(&self, cache: &Cache, page_ids: &[PageId]) -> usize {
         let background = self.start_installer();
         if !background {
-            self.drain_read_ahead();
+            self.drain(cache);
         }
-        let requests = self.claim_read_ahead(page_ids);
+        let requests = self.claim(cache, page_ids);
         let submitted = requests.len();
         if submitted > 0 {
-            self.services
+            cache
+                .services
                 .file
-                .submit_reads(requests, &self.read_ahead.queue.sender());
+                .submit_reads(requests, &self.queue.sender());
             // A file that completes inline (tests, no batch path) has
             // delivered everything: without an installer thread, install
             // it now.
             if !background {
-                self.drain_read_ahead();
+                self.drain(cache);
             }
         }
         submitted
     }
 
+    /// See [`BufferPool::read_ahead_in_flight`](crate::BufferPool::read_ahead_in_flight).
+    pub(crate) fn in_flight_count(&self) -> u32 {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// See [`BufferPool::drain_read_ahead`](crate::BufferPool::drain_read_ahead).
+    pub(crate) fn drain(&self, cache: &Cache) -> usize {
+        if self.in_flight.load(Ordering::Acquire) == 0 || self.installer_thread() {
+            return 0;
+        }
+        let Some(_installer) = self.installer.try_lock() else {
+            return 0;
+        };
+        let mut installed = 0;
+        while let Some(completion) = self.queue.try_next() {
+            self.install(cache, completion);
+            installed += 1;
+        }
+        installed
+    }
+
     /// Starts the installer thread if the pool is shared and it is not
     /// running yet. Returns whether it runs.
     fn start_installer(&self) -> bool {
-        let Some(owner) = self.read_ahead.owner.get() else {
+        let Some(owner) = self.owner.get() else {
             return false;
         };
-        let thread = self.read_ahead.thread.get_or_init(|| {
-            let queue = Arc::clone(&self.read_ahead.queue);
+        let thread = self.thread.get_or_init(|| {
+            let queue = Arc::clone(&self.queue);
             let owner = owner.clone();
             let spawned = std::thread::Builder::new()
                 .name("bcuda-readahead".into())
@@ -248,38 +259,13 @@ impl BufferPool {
         thread.is_some()
     }
 
-    /// Reads ahead submitted and not yet installed.
-    pub fn read_ahead_in_flight(&self) -> u32 {
-        self.read_ahead.in_flight.load(Ordering::Acquire)
-    }
-
-    /// Installs every read-ahead completion that has arrived, unless another
-    /// thread is installing (or the pool's installer thread does it). Never
-    /// waits. Returns how many it installed.
-    pub fn drain_read_ahead(&self) -> usize {
-        if self.read_ahead.in_flight.load(Ordering::Acquire) == 0
-            || self.read_ahead.installer_thread()
-        {
-            return 0;
-        }
-        let Some(_installer) = self.read_ahead.installer.try_lock() else {
-            return 0;
-        };
-        let mut installed = 0;
-        while let Some(completion) = self.read_ahead.queue.try_next() {
-            self.install_read_ahead(completion);
-            installed += 1;
-        }
-        installed
-    }
-
     /// Waits until the read-ahead of the pinned page `d` is installed (or
     /// dropped): parked on its stripe with an installer thread, else
     /// installing completions meanwhile.
-    pub(crate) fn wait_read_ahead(&self, d: u32) {
-        let desc = &self.descs[d as usize];
-        if self.read_ahead.installer_thread() {
-            let stripe = self.read_ahead.stripe(d);
+    pub(crate) fn wait(&self, cache: &Cache, d: u32) {
+        let desc = &cache.descs[d as usize];
+        if self.installer_thread() {
+            let stripe = self.stripe(d);
             let mut waiting = stripe.lock.lock();
             while desc.state() == State::ReadAhead {
                 stripe.installed.wait(&mut waiting);
@@ -287,49 +273,52 @@ impl BufferPool {
             return;
         }
         while desc.state() == State::ReadAhead {
-            let _installer = self.read_ahead.installer.lock();
+            let _installer = self.installer.lock();
             if desc.state() != State::ReadAhead {
                 break;
             }
-            if let Some(completion) = self.read_ahead.queue.wait_timeout(READ_AHEAD_WAIT_STEP) {
-                self.install_read_ahead(completion);
+            if let Some(completion) = self.queue.wait_timeout(READ_AHEAD_WAIT_STEP) {
+                self.install(cache, completion);
             }
         }
     }
 
     /// Claims memory and a table entry for each page to read ahead and
     /// returns their read requests (tag = descriptor).
-    fn claim_read_ahead(&self, page_ids: &[PageId]) -> Vec<IoRequest> {
-        let slot_count = self.chunk_count() * (self.page_size_bytes / self.unit_size_bytes) as u32;
+    fn claim(&self, cache: &Cache, page_ids: &[PageId]) -> Vec<IoRequest> {
+        let slot_count =
+            cache.chunk_count() * (cache.page_size_bytes / cache.unit_size_bytes) as u32;
         let in_flight_max = (slot_count / READ_AHEAD_IN_FLIGHT_DIVISOR).max(1);
         let mut requests = Vec::new();
         for &page_id in page_ids {
-            if self.table.with_entry(page_id, |_| ()).is_some() {
+            if cache.table.with_entry(page_id, |_| ()).is_some() {
                 continue;
             }
-            if self.read_ahead.in_flight.load(Ordering::Acquire) >= in_flight_max {
+            if self.in_flight.load(Ordering::Acquire) >= in_flight_max {
                 break;
             }
-            let mut inner = self.inner.lock();
-            inner.stats.advance(self.now_ms());
-            let memory = match self.alloc_read_ahead_memory(&mut inner) {
+            let mut inner = cache.inner.lock();
+            inner.stats.advance(cache.now_ms());
+            let memory = match self.alloc_memory(cache, &mut inner) {
                 Ok(memory) => memory,
                 Err(AllocError::NeedFlush(victim)) => {
                     // Writing is the flusher's job, not a hint's.
-                    self.descs[victim as usize].unpin();
+                    cache.descs[victim as usize].unpin();
                     break;
                 }
                 Err(AllocError::Exhausted(_)) => break,
             };
-            if !self.claim_as(&mut inner, page_id, memory, State::ReadAhead) {
-                self.free_page_memory(&mut inner, memory);
+            let Some(latch) = cache.claim_as(&mut inner, page_id, memory, State::ReadAhead) else {
+                cache.free_page_memory(&mut inner, memory);
                 continue;
-            }
+            };
+            // Held on behalf of the read until its completion is installed.
+            latch.hand_over();
             inner.reading_count += 1;
-            self.read_ahead.in_flight.fetch_add(1, Ordering::AcqRel);
+            self.in_flight.fetch_add(1, Ordering::AcqRel);
             drop(inner);
-            let offset_bytes = self.unit_offset(page_id);
-            let buf = self.services.file.alloc_buf(self.unit_size_bytes);
+            let offset_bytes = cache.unit_offset(page_id);
+            let buf = cache.services.file.alloc_buf(cache.unit_size_bytes);
             requests.push(IoRequest::read(offset_bytes, buf, u64::from(memory.desc)));
         }
         requests
@@ -338,15 +327,15 @@ impl BufferPool {
     /// A descriptor and the unit the page is read into: a block slot (no
     /// frame: read-ahead caches compressed-only), or a frame when the pool
     /// is uncompressed.
-    fn alloc_read_ahead_memory(&self, inner: &mut Inner) -> Result<PageMemory, AllocError> {
-        let desc = self.alloc_desc(inner)?;
-        let unit = if self.compressed {
-            self.alloc_slot(inner)
+    fn alloc_memory(&self, cache: &Cache, inner: &mut Inner) -> Result<PageMemory, AllocError> {
+        let desc = cache.alloc_desc(inner)?;
+        let unit = if cache.compressed {
+            cache.alloc_slot(inner)
         } else {
-            self.alloc_frame(inner, NIL)
+            cache.alloc_frame(inner, NIL)
         };
         match unit {
-            Ok(unit) if self.compressed => Ok(PageMemory {
+            Ok(unit) if cache.compressed => Ok(PageMemory {
                 desc,
                 frame_chunk: NIL,
                 block_slot: unit,
@@ -365,9 +354,9 @@ impl BufferPool {
 
     /// Copies a completed read into its page, verifies it and publishes the
     /// page at the LRU midpoint; on failure drops it from the read-ahead.
-    fn install_read_ahead(&self, completion: Completion) {
+    pub(crate) fn install(&self, cache: &Cache, completion: Completion) {
         let d = completion.tag as u32;
-        let desc = &self.descs[d as usize];
+        let desc = &cache.descs[d as usize];
         let page_id = desc.page_id();
         let memory = PageMemory {
             desc: d,
@@ -375,6 +364,10 @@ impl BufferPool {
             block_slot: desc.block_slot(),
         };
         debug_assert_eq!(desc.state(), State::ReadAhead);
+        // SAFETY: `claim_as` latched the page exclusively on behalf of this
+        // read and handed the latch over; the read's completion, which we
+        // hold, is what releases it, and only once.
+        let latch = unsafe { LatchGuard::take_over(desc, true) };
         let offset_bytes = completion.offset_bytes;
         let checked = completion
             .result
@@ -388,51 +381,51 @@ impl BufferPool {
                 // behalf of this read, whose completion we hold: nobody else
                 // reaches its unit.
                 let unit = unsafe {
-                    if self.compressed {
-                        self.block_mut(memory.block_slot)
+                    if cache.compressed {
+                        cache.block_mut(memory.block_slot)
                     } else {
-                        self.frame_mut(memory.frame_chunk)
+                        cache.frame_mut(memory.frame_chunk)
                     }
                 };
                 unit.copy_from_slice(&completion.buf);
-                self.services.codec.verify(page_id, unit)
+                cache.services.codec.verify(page_id, unit)
             });
-        self.read_ahead.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
         if let Err(e) = checked {
             tracing::warn!("read-ahead of {page_id} dropped: {e}");
-            self.counters
+            cache
+                .counters
                 .read_ahead_failed
                 .fetch_add(1, Ordering::Relaxed);
-            self.abort_claim(page_id, memory, State::Abandoned);
-            self.read_ahead.wake(d);
+            cache.abort_claim(page_id, memory, State::Abandoned, latch);
+            self.wake(d);
             return;
         }
-        let mut inner = self.inner.lock();
+        let mut inner = cache.inner.lock();
         inner.reading_count -= 1;
-        self.publish_read_ahead(&mut inner, d);
-        inner.stats.advance(self.now_ms());
+        self.publish(cache, &mut inner, d);
+        inner.stats.advance(cache.now_ms());
         inner.stats.add_io(1);
         drop(inner);
-        self.counters.read_ahead.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: latched exclusively on behalf of this read by
-        // `claim_as`; the read is over and the page published, so the latch
-        // is released for it (parking_lot's raw latch has no owner thread).
-        unsafe { desc.unlock(true) };
+        cache.counters.read_ahead.fetch_add(1, Ordering::Relaxed);
+        // The read is over and the page published: its latch is released
+        // (before the pin, as always).
+        drop(latch);
         desc.unpin();
-        self.read_ahead.wake(d);
+        self.wake(d);
     }
 
     /// Publishes a page read ahead: LRU midpoint (old sublist), no frame,
     /// not yet accessed (its first fix does not make it young).
-    fn publish_read_ahead(&self, inner: &mut Inner, d: u32) {
-        let desc = &self.descs[d as usize];
-        inner.lru.insert_new(d, &self.old_flags);
-        self.set_lru_len(inner.lru.list().len());
+    fn publish(&self, cache: &Cache, inner: &mut Inner, d: u32) {
+        let desc = &cache.descs[d as usize];
+        inner.lru.insert_new(d, &cache.old_flags);
+        cache.set_lru_len(inner.lru.list().len());
         desc.young_clock
-            .store(self.evict_clock.load(Ordering::Relaxed), Ordering::Relaxed);
+            .store(cache.evict_clock.load(Ordering::Relaxed), Ordering::Relaxed);
         desc.first_access_ms.store(0, Ordering::Relaxed);
         desc.prefetched.store(true, Ordering::Relaxed);
-        desc.set_state(if self.compressed {
+        desc.set_state(if cache.compressed {
             State::Compressed
         } else {
             State::Frame

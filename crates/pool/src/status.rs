@@ -2,96 +2,13 @@
 //! `SHOW ENGINE INNODB STATUS` plus `INNODB_CMP`.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cache::Cache;
+use crate::counters::CodecCounters;
 use crate::policy::{IntervalCounts, PolicyStatus};
-use crate::pool::BufferPool;
-
-/// A counter bumped by every thread on every page get: striped over
-/// cache-line-sized cells, each thread adding to its own, so that readers on
-/// different cores do not pass one cache line back and forth (three times
-/// per lookup, once per tree level). Reading it sums the cells.
-#[derive(Default)]
-pub(crate) struct StripedCounter([StripeCell; STRIPES]);
-
-const STRIPES: usize = 16;
-
-#[derive(Default)]
-#[repr(align(128))]
-struct StripeCell(AtomicU64);
-
-impl StripedCounter {
-    pub(crate) fn add(&self, n: u64) {
-        thread_local! {
-            static STRIPE: usize = {
-                static NEXT: AtomicU64 = AtomicU64::new(0);
-                NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES
-            };
-        }
-        let stripe = STRIPE.with(|s| *s);
-        self.0[stripe].0.fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub(crate) fn load(&self) -> u64 {
-        self.0.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
-    }
-}
-
-/// Event counters, updated without the pool mutex.
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) page_gets: StripedCounter,
-    pub(crate) pages_read: AtomicU64,
-    pub(crate) os_cache_reads: AtomicU64,
-    pub(crate) pages_created: AtomicU64,
-    pub(crate) pages_written: AtomicU64,
-    pub(crate) unzips: AtomicU64,
-    pub(crate) unzip_time_ns: AtomicU64,
-    pub(crate) read_time_ns: AtomicU64,
-    pub(crate) frames_dropped: AtomicU64,
-    pub(crate) blocks_dropped: AtomicU64,
-    pub(crate) blocks_reloaded: AtomicU64,
-    pub(crate) pages_evicted: AtomicU64,
-    pub(crate) made_young: AtomicU64,
-    pub(crate) not_made_young: AtomicU64,
-    pub(crate) compactions: AtomicU64,
-    pub(crate) recompressions: AtomicU64,
-    pub(crate) compression_failures: AtomicU64,
-    pub(crate) write_ahead_waits: AtomicU64,
-    pub(crate) memory_waits: AtomicU64,
-    pub(crate) read_ahead: AtomicU64,
-    pub(crate) read_ahead_failed: AtomicU64,
-    pub(crate) read_ahead_evicted_unused: AtomicU64,
-    pub(crate) write_batches: AtomicU64,
-    /// `page_gets` and `pages_read` at the previous status, for the hit rate
-    /// over the last interval.
-    pub(crate) last_gets: AtomicU64,
-    pub(crate) last_reads: AtomicU64,
-}
-
-/// Compression counters of the codec, like `INNODB_CMP` for one block size.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CodecCounters {
-    /// Block size these counters are for.
-    pub block_size_bytes: u64,
-    /// Compressions attempted.
-    pub compress_ops: u64,
-    /// Compressions that fit the block.
-    pub compress_ops_ok: u64,
-    /// Time spent compressing, µs.
-    pub compress_time_us: u64,
-    /// Compressions not run again: the page's bytes were compressed just
-    /// before, to see whether they fit, and the block was kept
-    /// (`PageCodec::compress_trial`). Not in `compress_ops`.
-    #[serde(default)]
-    pub compress_reused: u64,
-    /// Decompressions.
-    pub uncompress_ops: u64,
-    /// Time spent decompressing, µs.
-    pub uncompress_time_us: u64,
-}
 
 /// A snapshot of the pool's state and counters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -152,7 +69,7 @@ pub struct PoolStatus {
     pub write_ahead_waits: u64,
     /// Times a fix waited 1 ms for pinned pages to be released.
     pub memory_waits: u64,
-    /// Pages cached by read-ahead ([`BufferPool::prefetch`]).
+    /// Pages cached by read-ahead ([`BufferPool::prefetch`](crate::BufferPool::prefetch)).
     #[serde(default)]
     pub read_ahead: u64,
     /// Read-ahead reads dropped because they failed (I/O error, bad block).
@@ -194,11 +111,11 @@ pub struct PoolStatus {
     pub codec: CodecCounters,
 }
 
-impl BufferPool {
-    /// A snapshot of the counters; the hit rate covers the time since the
-    /// previous call, as InnoDB's does since the previous status printout.
-    pub fn status(&self) -> PoolStatus {
-        let c = &self.counters;
+impl PoolStatus {
+    /// Reads the counters and the lists of `cache`, of which `lent_bytes`
+    /// are lent ([`crate::BufferPool::status`]).
+    pub(crate) fn collect(cache: &Cache, lent_bytes: usize) -> PoolStatus {
+        let c = &cache.counters;
         let gets = c.page_gets.load();
         let reads = c.pages_read.load(Ordering::Relaxed);
         let interval_gets = gets - c.last_gets.swap(gets, Ordering::Relaxed);
@@ -206,10 +123,10 @@ impl BufferPool {
         let hit_rate_per_mille = (interval_reads * 1000)
             .checked_div(interval_gets)
             .map_or(1000, |miss_rate| 1000 - miss_rate.min(1000));
-        let inner = self.inner.lock();
+        let inner = cache.inner.lock();
         let (sum, cur): (IntervalCounts, IntervalCounts) = inner.stats.sum_and_cur();
         let (frames, blocks) = inner.alloc.usage();
-        let unzip_ops = c.unzips.load(Ordering::Relaxed) + if self.compressed { reads } else { 0 };
+        let unzip_ops = c.unzips.load(Ordering::Relaxed) + if cache.compressed { reads } else { 0 };
         PoolStatus {
             hit_rate_per_mille,
             interval_page_gets: interval_gets,
@@ -242,18 +159,18 @@ impl BufferPool {
             read_ahead_evicted_unused: c.read_ahead_evicted_unused.load(Ordering::Relaxed),
             write_batches: c.write_batches.load(Ordering::Relaxed),
             dirty_pages: u64::from(inner.flush.len()),
-            bytes_used: u64::from(frames) * self.page_size_bytes as u64
-                + u64::from(blocks) * self.unit_size_bytes as u64,
-            budget_bytes: self.budget_bytes() as u64,
-            lent_bytes: self.lent_bytes() as u64,
+            bytes_used: u64::from(frames) * cache.page_size_bytes as u64
+                + u64::from(blocks) * cache.unit_size_bytes as u64,
+            budget_bytes: cache.budget_bytes() as u64,
+            lent_bytes: lent_bytes as u64,
             frame_count: u64::from(frames),
             block_count: u64::from(blocks),
             free_chunk_count: u64::from(inner.alloc.free_chunk_count()),
-            chunks_prefaulted: self.arena.prefaulted_chunks(),
+            chunks_prefaulted: cache.arena.prefaulted_chunks(),
             read_time_avg_ns: c.read_time_ns.load(Ordering::Relaxed) / reads.max(1),
             unzip_time_avg_ns: c.unzip_time_ns.load(Ordering::Relaxed) / unzip_ops.max(1),
             policy: inner.policy.status(),
-            codec: self.services.codec.counters(),
+            codec: cache.services.codec.counters(),
         }
     }
 }
@@ -352,7 +269,7 @@ impl PoolStatus {
     }
 }
 
-/// One page of the LRU, as [`BufferPool::lru_snapshot`] reports it.
+/// One page of the LRU, as [`BufferPool::lru_snapshot`](crate::BufferPool::lru_snapshot) reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LruEntry {
     /// The page.
@@ -370,20 +287,19 @@ pub struct LruEntry {
     pub pinned: bool,
 }
 
-impl BufferPool {
-    /// The LRU from head (most recent) to tail, for tests, `barracuda dump`
-    /// and debugging. Takes the pool mutex for the whole walk.
-    pub fn lru_snapshot(&self) -> Vec<LruEntry> {
-        let inner = self.inner.lock();
+impl LruEntry {
+    /// The LRU of `cache` ([`crate::BufferPool::lru_snapshot`]).
+    pub(crate) fn snapshot(cache: &Cache) -> Vec<LruEntry> {
+        let inner = cache.inner.lock();
         inner
             .lru
             .list()
             .iter()
             .map(|d| {
-                let desc = &self.descs[d as usize];
+                let desc = &cache.descs[d as usize];
                 LruEntry {
                     page_id: desc.page_id(),
-                    old: self.old_flags.get(d),
+                    old: cache.old_flags.get(d),
                     has_frame: desc.frame_chunk() != crate::arena::NIL,
                     has_block: desc.block_slot() != crate::arena::NIL,
                     dirty: inner.dirty[d as usize].dirty,

@@ -16,8 +16,8 @@ use barracuda_codec::{Lsn, PageId};
 use parking_lot::Mutex;
 
 use crate::backend::{AppendOutcome, CompressOutcome, PageCodec, PageFile};
+use crate::counters::CodecCounters;
 use crate::error::{PoolError, Result};
-use crate::status::CodecCounters;
 
 /// Bytes at the start of a block (and, in an uncompressed pool, of a page
 /// image on disk) that `SimpleCodec` uses for its header; an uncompressed
