@@ -43,7 +43,7 @@ struct Walk {
 
 impl<S: PageStore> Tree<S> {
     /// Checks every structural invariant (see the crate docs); the first
-    /// violation is returned as [`Error::Invariant`].
+    /// violation is returned as [`crate::Error::Invariant`].
     pub fn check_invariants(&self) -> Result<()> {
         let mut free = HashSet::new();
         for id in self.store.free_page_ids() {

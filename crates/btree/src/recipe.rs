@@ -180,7 +180,7 @@ pub fn build(old: &[u8], recipe: &[u8]) -> Result<Vec<u8>, &'static str> {
     Ok(page::build_image(old, &layout, &recs, group_records, order))
 }
 
-/// The logged form of an insert of `rec` ([`crate::page::insert_logged`]):
+/// The logged form of an insert of `rec` ([`insert_logged`]):
 /// flags u8, key_len u16, value_len u16, key, value.
 #[must_use]
 pub fn encode_insert(rec: RecRef<'_>) -> Vec<u8> {
@@ -227,7 +227,7 @@ pub fn redo_insert(old: &[u8], body: &[u8]) -> Result<Vec<Patch>, &'static str> 
 }
 
 /// The logged form of a delete of `key` that left the page's flags at
-/// `flags` ([`crate::page::remove_logged`]): flags u16, key_len u16, key.
+/// `flags` (`remove_logged`): flags u16, key_len u16, key.
 #[must_use]
 pub fn encode_delete(key: &[u8], flags: u16) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + key.len());
@@ -381,7 +381,7 @@ impl<G: PageWrite> PageMut for G {
     }
 }
 
-/// [`page::insert`], where `pr` is what [`probe`] answers for `rec`'s key (or
+/// [`page::insert`], where `pr` is what [`page::probe`] answers for `rec`'s key (or
 /// [`page::probe_in`], which answers the same): the guard may log the record
 /// instead of the bytes, and redo inserts it the same way
 /// ([`redo_insert`]).
