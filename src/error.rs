@@ -236,6 +236,18 @@ impl std::fmt::Debug for Error {
 /// `Result` with Barracuda's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// An I/O failure the operating system did not report itself (a read
+    /// that failed in another thread, stopped I/O threads): its `source`
+    /// carries the same message.
+    fn io_without_os_error(message: String) -> Error {
+        Error::Io {
+            source: std::io::Error::other(message.clone()),
+            message,
+        }
+    }
+}
+
 #[doc(hidden)]
 impl From<IoError> for Error {
     fn from(error: IoError) -> Error {
@@ -258,10 +270,7 @@ impl From<IoError> for Error {
             IoError::InvalidOptions { reason } => Error::InvalidOptions { reason },
             // A file shorter than what refers to it was cut or damaged.
             IoError::ReadPastEnd { .. } => Error::Corrupted { message },
-            IoError::Shutdown { .. } => Error::Io {
-                source: std::io::Error::other(message.clone()),
-                message,
-            },
+            IoError::Shutdown { .. } => Error::io_without_os_error(message),
             _ => Error::Internal { message },
         }
     }
@@ -293,10 +302,9 @@ impl From<PoolError> for Error {
             PoolError::File { source, .. } => Error::from(source),
             PoolError::Codec { source, .. } => Error::from(source),
             PoolError::Corrupted { .. } => Error::Corrupted { message },
-            PoolError::Io { .. } | PoolError::ReadFailed { .. } => Error::Io {
-                source: std::io::Error::other(message.clone()),
-                message,
-            },
+            PoolError::Io { .. } | PoolError::ReadFailed { .. } => {
+                Error::io_without_os_error(message)
+            }
             _ => Error::Internal { message },
         }
     }
