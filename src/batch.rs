@@ -135,7 +135,7 @@ impl WriteBatch {
     }
 
     /// Starts reading the leaves `ops` will change, per tree, before the
-    /// write mutex is taken (`barracuda_btree::Tree::prefetch_leaves`):
+    /// write mutex is taken (`barracuda_btree::BTree::prefetch_leaves`):
     /// with data larger than the pool, a batch of random writes then waits
     /// for its misses in parallel, not one read at a time under the mutex.
     /// Batches below [`PREFETCH_OPS_MIN`] skip it.

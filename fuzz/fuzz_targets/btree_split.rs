@@ -8,7 +8,7 @@
 
 use arbitrary::Arbitrary;
 use barracuda_btree::store::CodecBlocks;
-use barracuda_btree::{Error, KEY_BYTES_MAX, MemStore, PageStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{Error, KEY_BYTES_MAX, MemStore, PageStore, SplitPolicy, BTree, TreeConfig};
 use barracuda_codec::{BlockSize, Codec, Geometry};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -117,7 +117,7 @@ fn random_bytes(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn contents<S: PageStore>(tree: &Tree<S>) -> BTreeMap<Vec<u8>, Vec<u8>> {
+fn contents<S: PageStore>(tree: &BTree<S>) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut c = tree.cursor();
     let mut out = BTreeMap::new();
     let mut ok = c.first().expect("first");
@@ -131,7 +131,7 @@ fn contents<S: PageStore>(tree: &Tree<S>) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 /// An operation failed: only a compression failure of a compressed tree
 /// may, and it must have changed nothing.
-fn failed<S: PageStore>(tree: &Tree<S>, model: &BTreeMap<Vec<u8>, Vec<u8>>, e: &Error) {
+fn failed<S: PageStore>(tree: &BTree<S>, model: &BTreeMap<Vec<u8>, Vec<u8>>, e: &Error) {
     assert!(
         matches!(e, Error::CompressionUnfit { .. }) && tree.config().compressed,
         "operation failed: {e}"
@@ -143,7 +143,7 @@ fn failed<S: PageStore>(tree: &Tree<S>, model: &BTreeMap<Vec<u8>, Vec<u8>>, e: &
 }
 
 fn scan_matches<S: PageStore>(
-    tree: &Tree<S>,
+    tree: &BTree<S>,
     model: &BTreeMap<Vec<u8>, Vec<u8>>,
     from: &[u8],
     forward: bool,
@@ -197,7 +197,7 @@ fn scan_matches<S: PageStore>(
     }
 }
 
-fn run<S: PageStore>(tree: &Tree<S>, ops: &[Op], page: usize) {
+fn run<S: PageStore>(tree: &BTree<S>, ops: &[Op], page: usize) {
     let mut model = BTreeMap::new();
     for op in ops.iter().take(OPS_MAX) {
         match op {
@@ -271,14 +271,14 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
     match block {
         None => {
             let store = Arc::new(MemStore::new(page).expect("page size"));
-            let tree = Tree::create(store, config).expect("create");
+            let tree = BTree::create(store, config).expect("create");
             run(&tree, &input.ops, page);
         }
         Some(block) => {
             let geometry = Geometry::new(page, block).expect("geometry");
             let fit = CodecBlocks::new(Codec::zlib_default(), geometry).expect("codec");
             let store = Arc::new(MemStore::with_fit(page, fit).expect("page size"));
-            let tree = Tree::create(store, config).expect("create");
+            let tree = BTree::create(store, config).expect("create");
             run(&tree, &input.ops, page);
         }
     }

@@ -71,7 +71,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
-use barracuda_btree::{PoolStore, Tree as BTree};
+use barracuda_btree::{BTree, PoolStore};
 use barracuda_codec::{Lsn, PageId};
 use barracuda_io::{BlockFile, DirLock, IoOptions};
 use barracuda_pool::{BufferPool, CleanerRegistration, DurableLsn, PageCleaner};

@@ -1,7 +1,7 @@
 //! Criterion benchmarks of the B+tree in memory: sequential and random
 //! inserts, and point lookups, for 4 and 16 KiB pages.
 
-use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{BTree, MemStore, SplitPolicy, TreeConfig};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -14,13 +14,13 @@ const ROWS: u64 = 20_000;
 const VALUE: [u8; 80] = [b'v'; 80];
 const PAGE_SIZES_BYTES: [usize; 2] = [4096, 16384];
 
-fn new_tree(page_size_bytes: usize) -> Tree<MemStore> {
+fn new_tree(page_size_bytes: usize) -> BTree<MemStore> {
     let store = Arc::new(MemStore::new(page_size_bytes).expect("valid page size"));
     let config = TreeConfig {
         policy: SplitPolicy::Adaptive,
         ..TreeConfig::default()
     };
-    Tree::create(store, config).expect("create tree")
+    BTree::create(store, config).expect("create tree")
 }
 
 fn random_keys(n: u64) -> Vec<[u8; 8]> {

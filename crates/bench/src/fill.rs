@@ -3,7 +3,7 @@
 //! reference study of B-tree structure degradation under OLTP inserts).
 
 use anyhow::{Context, bail};
-use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig, TreeStats};
+use barracuda_btree::{BTree, MemStore, SplitPolicy, TreeConfig, TreeStats};
 use indicatif::ProgressBar;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -245,7 +245,7 @@ fn run_one(
         policy: policy.1,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(Arc::clone(&store), config)?;
+    let tree = BTree::create(Arc::clone(&store), config)?;
     let bar = ProgressBar::new(keys.len() as u64).with_style(
         super::harness::progress_style("{msg:24} {bar:40} {human_pos}/{human_len} {rate}")
             .context("progress template")?,

@@ -5,7 +5,7 @@
 use super::fill::Args;
 use anyhow::{Context, bail};
 use barracuda_btree::pattern::{self, Family, Interleave, KeyShape, Op, StreamOrder, ValueSizes};
-use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{BTree, MemStore, SplitPolicy, TreeConfig};
 use std::sync::Arc;
 
 /// The policies a family run compares.
@@ -92,7 +92,7 @@ fn policy_fill(policy: SplitPolicy, ops: &[Op], page_size_bytes: usize) -> anyho
         policy,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(store, config)?;
+    let tree = BTree::create(store, config)?;
     pattern::apply(&tree, ops)?;
     tree.check_invariants()
         .with_context(|| format!("invariants after {policy:?}"))?;

@@ -5,7 +5,7 @@
 use crate::error::Result;
 use crate::page::{self, FLAG_GROWING, PageType, REC_OVERFLOW, check_structure, violation};
 use crate::store::PageStore;
-use crate::tree::{SplitCounts, Tree, decode_overflow_ref};
+use crate::tree::{BTree, SplitCounts, decode_overflow_ref};
 use barracuda_codec::PageId;
 use std::collections::HashSet;
 
@@ -41,7 +41,7 @@ struct Walk {
     entry_count: u64,
 }
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// Checks every structural invariant (see the crate docs); the first
     /// violation is returned as [`crate::Error::Invariant`].
     pub fn check_invariants(&self) -> Result<()> {

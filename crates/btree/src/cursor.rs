@@ -27,7 +27,7 @@
 use crate::error::Result;
 use crate::page;
 use crate::store::PageStore;
-use crate::tree::{Tree, check_key, expect_node};
+use crate::tree::{BTree, check_key, expect_node};
 use barracuda_codec::PageId;
 use std::collections::VecDeque;
 use std::ops::Bound;
@@ -37,14 +37,14 @@ pub type Entry = (Vec<u8>, Vec<u8>);
 
 /// A position in a tree; see the module docs.
 pub struct Cursor<'t, S: PageStore> {
-    tree: &'t Tree<S>,
+    tree: &'t BTree<S>,
     batch: Vec<Entry>,
     index: usize,
     /// Leaves hinted to the store and not reached yet, in scan order.
     hinted: VecDeque<PageId>,
 }
 
-/// What [`Tree::forward_leaf`] hands each leaf to: the leaf, latched, and
+/// What [`BTree::forward_leaf`] hands each leaf to: the leaf, latched, and
 /// the key span its parent gives it (the first leaf only); true if the
 /// walk ends there.
 pub(crate) type LeafVisitor<'v> = dyn FnMut(&[u8], Option<&page::KeySpan>) -> Result<bool> + 'v;
@@ -60,7 +60,7 @@ pub(crate) struct Visited {
 }
 
 impl<'t, S: PageStore> Cursor<'t, S> {
-    pub(crate) fn new(tree: &'t Tree<S>) -> Self {
+    pub(crate) fn new(tree: &'t BTree<S>) -> Self {
         Self {
             tree,
             batch: Vec::new(),
@@ -205,7 +205,7 @@ pub(crate) fn hint_ahead<S: PageStore>(store: &S, hinted: &mut VecDeque<PageId>,
     }
 }
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// A cursor on this tree (positioned nowhere until a seek).
     pub fn cursor(&self) -> Cursor<'_, S> {
         Cursor::new(self)

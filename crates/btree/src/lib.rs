@@ -4,7 +4,7 @@
 //!
 //! # What it is
 //!
-//! A [`Tree`] is a B+tree over a [`store::PageStore`]: the store hands out
+//! A [`BTree`] is a B+tree over a [`store::PageStore`]: the store hands out
 //! latched pages and records every byte the tree changes as a patch (see the
 //! [`store`] module for the full contract). [`store::MemStore`] implements it
 //! in memory, uncompressed ([`store::AlwaysFits`]) or with a real
@@ -32,7 +32,7 @@
 //!   live in overflow page chains, and so does a shorter value whose record
 //!   does not compress into any block.
 //!
-//! # Invariants ([`Tree::check_invariants`])
+//! # Invariants ([`BTree::check_invariants`])
 //!
 //! Key order within and across pages; separators bound their children; all
 //! leaves at one depth; leaf sibling links agree with key order; every
@@ -42,18 +42,18 @@
 //! next delete on that page acts upon; overflow chains are well formed and
 //! hold exactly the value's length; no page is reachable twice; free pages are
 //! disjoint from the tree; each page's record list, heap accounting and
-//! directory agree; the entry count the store keeps ([`Tree::len`]) equals
+//! directory agree; the entry count the store keeps ([`BTree::len`]) equals
 //! the leaves' records.
 //!
 //! # Example
 //!
 //! ```
 //! use std::sync::Arc;
-//! use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig};
+//! use barracuda_btree::{MemStore, SplitPolicy, BTree, TreeConfig};
 //!
 //! let store = Arc::new(MemStore::new(16 * 1024)?);
 //! let config = TreeConfig { policy: SplitPolicy::Adaptive, ..TreeConfig::default() };
-//! let tree = Tree::create(store, config)?;
+//! let tree = BTree::create(store, config)?;
 //! tree.insert(b"apple", b"red")?;
 //! tree.insert(b"banana", b"yellow")?;
 //! assert_eq!(tree.get(b"apple")?.as_deref(), Some(&b"red"[..]));
@@ -86,4 +86,4 @@ pub use page::{
 };
 pub use pool_store::{LsnCounter, LsnMode, META_PAGE_ID, PoolExclusive, PoolStore};
 pub use store::{Fit, LogicalKind, MemStore, OpContext, PagePatches, PageStore, PageWrite};
-pub use tree::{PREFETCH_SAMPLE_KEYS, SplitCounts, SplitPolicy, Tree, TreeConfig};
+pub use tree::{BTree, PREFETCH_SAMPLE_KEYS, SplitCounts, SplitPolicy, TreeConfig};

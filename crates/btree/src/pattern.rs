@@ -20,7 +20,7 @@
 use crate::error::Result;
 use crate::page::{self, OVERFLOW_REF_BYTES, PAGE_HEADER_BYTES, RECORD_HEADER_BYTES, SLOT_BYTES};
 use crate::store::PageStore;
-use crate::tree::Tree;
+use crate::tree::BTree;
 use std::collections::BTreeMap;
 
 /// How a stream's keys are built.
@@ -302,7 +302,7 @@ impl Family {
 }
 
 /// Applies `ops` to `tree` in order.
-pub fn apply<S: PageStore>(tree: &Tree<S>, ops: &[Op]) -> Result<()> {
+pub fn apply<S: PageStore>(tree: &BTree<S>, ops: &[Op]) -> Result<()> {
     for op in ops {
         match op {
             Op::Insert(k, v) => {

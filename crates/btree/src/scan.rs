@@ -1,4 +1,4 @@
-//! Visitor scans: [`Tree::scan`] and [`Tree::scan_rev`] hand each entry of
+//! Visitor scans: [`BTree::scan`] and [`BTree::scan_rev`] hand each entry of
 //! a key range to a closure as borrowed `&[u8]` slices, without allocating
 //! per entry.
 //!
@@ -31,7 +31,7 @@ use crate::cursor::{above, below, hint_ahead};
 use crate::error::Result;
 use crate::page;
 use crate::store::PageStore;
-use crate::tree::Tree;
+use crate::tree::BTree;
 
 /// Entries a forward scan copies from its first leaf before it first
 /// visits; the rest of that leaf is copied by a second descent, if wanted.
@@ -57,7 +57,7 @@ impl LeafCopy {
         self.reached_end = false;
     }
 
-    fn push<S: PageStore>(&mut self, tree: &Tree<S>, p: &[u8], off: usize) -> Result<()> {
+    fn push<S: PageStore>(&mut self, tree: &BTree<S>, p: &[u8], off: usize) -> Result<()> {
         let key_start = self.bytes.len();
         let key_len = page::rec_key(p, off).len();
         if page::rec_flags(p, off) & page::REC_OVERFLOW == 0 {
@@ -112,7 +112,7 @@ impl LeafCopy {
     }
 }
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// Calls `visit(key, value)` on every entry with a key between `start`
     /// and `end`, in ascending key order, until `visit` returns false.
     ///
@@ -128,7 +128,7 @@ impl<S: PageStore> Tree<S> {
         self.scan_limit(start, end, usize::MAX, visit).map(|_| ())
     }
 
-    /// [`Tree::scan`] of at most the first `limit` entries of the range;
+    /// [`BTree::scan`] of at most the first `limit` entries of the range;
     /// returns how many were visited. Only those are copied out of their
     /// leaves: a range of ten copies ten entries, where a plain scan copies
     /// up to `SCAN_FIRST_COPY_ENTRIES` before it learns the visitor is done.
@@ -198,7 +198,7 @@ impl<S: PageStore> Tree<S> {
         }
     }
 
-    /// [`Tree::scan`] in descending key order: from `end` down to `start`.
+    /// [`BTree::scan`] in descending key order: from `end` down to `start`.
     /// Does not read ahead.
     pub fn scan_rev(
         &self,
@@ -252,9 +252,9 @@ mod tests {
 
     /// A tree of several levels with inline and overflow values, and its
     /// model.
-    fn tree_and_model() -> (Tree<MemStore>, BTreeMap<Vec<u8>, Vec<u8>>) {
+    fn tree_and_model() -> (BTree<MemStore>, BTreeMap<Vec<u8>, Vec<u8>>) {
         let store = Arc::new(MemStore::new(4096).unwrap());
-        let tree = Tree::create(store, TreeConfig::default()).unwrap();
+        let tree = BTree::create(store, TreeConfig::default()).unwrap();
         let mut model = BTreeMap::new();
         for i in 0u32..3000 {
             // Every 97th value is longer than an eighth of the page; long
@@ -283,7 +283,7 @@ mod tests {
 
     type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
-    fn scanned(tree: &Tree<MemStore>, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Entries {
+    fn scanned(tree: &BTree<MemStore>, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Entries {
         let mut out = Vec::new();
         tree.scan(start, end, |k, v| {
             out.push((k.to_vec(), v.to_vec()));
@@ -293,7 +293,7 @@ mod tests {
         out
     }
 
-    fn scanned_rev(tree: &Tree<MemStore>, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Entries {
+    fn scanned_rev(tree: &BTree<MemStore>, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Entries {
         let mut out = Vec::new();
         tree.scan_rev(start, end, |k, v| {
             out.push((k.to_vec(), v.to_vec()));

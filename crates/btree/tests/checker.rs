@@ -7,18 +7,18 @@ mod common;
 use barracuda_btree::page::{self, REC_OVERFLOW, RECORD_HEADER_BYTES};
 use barracuda_btree::store::MemExclusive;
 use barracuda_btree::{
-    Error, MemStore, OpContext, PageStore, PageWrite, SplitPolicy, Tree, TreeConfig,
+    BTree, Error, MemStore, OpContext, PageStore, PageWrite, SplitPolicy, TreeConfig,
 };
 use barracuda_codec::PageId;
 use std::sync::Arc;
 
-fn tree_with(rows: usize) -> Tree<MemStore> {
+fn tree_with(rows: usize) -> BTree<MemStore> {
     let store = Arc::new(MemStore::new(4096).unwrap());
     let config = TreeConfig {
         policy: SplitPolicy::Half,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(store, config).unwrap();
+    let tree = BTree::create(store, config).unwrap();
     for i in 0..rows {
         tree.insert(format!("k{i:06}").as_bytes(), &[7u8; 100])
             .unwrap();
@@ -28,7 +28,7 @@ fn tree_with(rows: usize) -> Tree<MemStore> {
 }
 
 /// Leaf ids from left to right.
-fn leaves(tree: &Tree<MemStore>) -> Vec<PageId> {
+fn leaves(tree: &BTree<MemStore>) -> Vec<PageId> {
     let store = tree.store();
     let mut out = vec![common::leftmost_leaf(tree)];
     while let Some(next) = page::right(&store.fix_shared(*out.last().unwrap()).unwrap()) {
@@ -38,7 +38,7 @@ fn leaves(tree: &Tree<MemStore>) -> Vec<PageId> {
 }
 
 fn mutate(
-    tree: &Tree<MemStore>,
+    tree: &BTree<MemStore>,
     id: PageId,
     f: impl FnOnce(&mut MemExclusive<'_, barracuda_btree::store::AlwaysFits>),
 ) {
@@ -47,7 +47,7 @@ fn mutate(
     g.commit(&mut OpContext::new());
 }
 
-fn expect_violation(tree: &Tree<MemStore>, needle: &str) {
+fn expect_violation(tree: &BTree<MemStore>, needle: &str) {
     match tree.check_invariants() {
         Err(Error::Invariant { reason, .. }) => {
             assert!(
@@ -59,7 +59,7 @@ fn expect_violation(tree: &Tree<MemStore>, needle: &str) {
     }
 }
 
-fn record_offsets(tree: &Tree<MemStore>, id: PageId) -> Vec<usize> {
+fn record_offsets(tree: &BTree<MemStore>, id: PageId) -> Vec<usize> {
     page::records(&tree.store().fix_shared(id).unwrap()).collect()
 }
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{BTree, MemStore, SplitPolicy, TreeConfig};
 use std::sync::Arc;
 
 fn run(policy: SplitPolicy) {
@@ -13,7 +13,7 @@ fn run(policy: SplitPolicy) {
         policy,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(store, config).unwrap();
+    let tree = BTree::create(store, config).unwrap();
     common::run_sixteen_threads(&tree);
 }
 

@@ -1,4 +1,4 @@
-//! The stored entry count (`Tree::len`): it follows inserts of new keys and
+//! The stored entry count (`BTree::len`): it follows inserts of new keys and
 //! deletes of present ones, not overwrites or deletes of absent keys, on the
 //! in-memory store and on the buffer pool; a failed operation leaves it
 //! unchanged; the checker catches a wrong count; a version 1 meta page
@@ -8,7 +8,7 @@
 mod pool_common;
 
 use barracuda_btree::{
-    Error, LsnMode, META_PAGE_ID, MemStore, OpContext, PageStore, PageWrite, PoolStore, Tree,
+    BTree, Error, LsnMode, META_PAGE_ID, MemStore, OpContext, PageStore, PageWrite, PoolStore,
     TreeConfig,
 };
 use barracuda_codec::PAGE_HEADER_RESERVED_BYTES;
@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 /// Random puts (some replacing, some with overflow values) and deletes
 /// (some of absent keys), checking `len` against a model after each.
-fn follow_model<S: PageStore>(tree: &Tree<S>, seed: u64, steps: u64) {
+fn follow_model<S: PageStore>(tree: &BTree<S>, seed: u64, steps: u64) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut model = BTreeMap::new();
     assert_eq!(tree.len().unwrap(), 0);
@@ -58,7 +58,7 @@ fn follow_model<S: PageStore>(tree: &Tree<S>, seed: u64, steps: u64) {
 #[test]
 fn len_follows_the_model_in_memory() {
     let store = Arc::new(MemStore::new(4096).unwrap());
-    let tree = Tree::create(store, TreeConfig::default()).unwrap();
+    let tree = BTree::create(store, TreeConfig::default()).unwrap();
     follow_model(&tree, 1, 6000);
 }
 
@@ -70,7 +70,7 @@ fn len_follows_the_model_on_the_pool() {
             compressed: format.compressed(),
             ..TreeConfig::default()
         };
-        let tree = Tree::create(Arc::clone(&store), config).unwrap();
+        let tree = BTree::create(Arc::clone(&store), config).unwrap();
         follow_model(&tree, 2, 4000);
         store.check_invariants().unwrap();
     }
@@ -79,7 +79,7 @@ fn len_follows_the_model_on_the_pool() {
 #[test]
 fn failed_operations_leave_len_unchanged() {
     let store = pool_common::store(Format::Plain4k, EvictionPolicy::InnoDb, 48);
-    let tree = Tree::create(store, TreeConfig::default()).unwrap();
+    let tree = BTree::create(store, TreeConfig::default()).unwrap();
     for i in 0..100u32 {
         tree.insert(&i.to_be_bytes(), b"v").unwrap();
     }
@@ -105,7 +105,7 @@ fn failed_operations_leave_len_unchanged() {
 #[test]
 fn one_context_changes_the_count_once_when_it_settles() {
     let store = pool_common::store(Format::Plain4k, EvictionPolicy::InnoDb, 48);
-    let tree = Tree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
+    let tree = BTree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
     tree.insert(b"old", b"v").unwrap();
     let mut op = OpContext::new();
     for i in 0..300u32 {
@@ -139,7 +139,7 @@ fn one_context_changes_the_count_once_when_it_settles() {
 #[test]
 fn the_checker_catches_a_wrong_count() {
     let store = Arc::new(MemStore::new(4096).unwrap());
-    let tree = Tree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
+    let tree = BTree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
     tree.insert(b"a", b"1").unwrap();
     store.set_entry_count(5, &mut OpContext::new()).unwrap();
     let err = tree.check_invariants().unwrap_err();
@@ -170,7 +170,7 @@ fn a_version_1_meta_page_is_counted_once_then_kept() {
         compressed: true,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(Arc::clone(&store), config).unwrap();
+    let tree = BTree::create(Arc::clone(&store), config).unwrap();
     for i in 0..3000u32 {
         tree.insert(&i.to_be_bytes(), &[1u8; 60]).unwrap();
     }

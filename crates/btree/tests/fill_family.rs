@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
 use barracuda_btree::pattern::{self, Family, Interleave, KeyShape, StreamOrder, ValueSizes};
-use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{BTree, MemStore, SplitPolicy, TreeConfig};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use std::sync::Arc;
@@ -22,7 +22,7 @@ fn fill(policy: SplitPolicy, family: &Family) -> f64 {
         policy,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(store, config).unwrap();
+    let tree = BTree::create(store, config).unwrap();
     pattern::apply(&tree, &family.operations()).unwrap();
     tree.check_invariants().unwrap();
     tree.stats().unwrap().leaf_fill

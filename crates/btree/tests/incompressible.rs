@@ -11,7 +11,7 @@ mod common;
 mod pool_common;
 
 use barracuda_btree::store::CodecBlocks;
-use barracuda_btree::{Error, MemStore, PageStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{BTree, Error, MemStore, PageStore, SplitPolicy, TreeConfig};
 use barracuda_codec::{BlockSize, Codec, Geometry};
 use barracuda_pool::EvictionPolicy;
 use rand::rngs::SmallRng;
@@ -56,7 +56,7 @@ fn run(page_size_bytes: usize, block: BlockSize, random_percent: u32, seed: u64)
         compressed: true,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(Arc::clone(&store), config).unwrap();
+    let tree = BTree::create(Arc::clone(&store), config).unwrap();
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut model = BTreeMap::new();
     let mut counts = Counts::default();
@@ -153,7 +153,7 @@ fn random_rows(seed: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
 /// size limits), then checks the contents and the invariants. Returns the
 /// rows' key and value bytes per byte of leaf blocks (leaf pages x block
 /// size): how full the compressed leaves are.
-fn load_random_rows<S: PageStore>(tree: &Tree<S>, block_size_bytes: usize, what: &str) -> f64 {
+fn load_random_rows<S: PageStore>(tree: &BTree<S>, block_size_bytes: usize, what: &str) -> f64 {
     let rows = random_rows(RANDOM_ROWS as u64);
     for (i, (k, v)) in rows.iter().enumerate() {
         if let Err(e) = tree.insert(k, v) {
@@ -189,7 +189,7 @@ fn random_rows_on_codec_blocks(block: BlockSize, policy: SplitPolicy) -> f64 {
         compressed: true,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(store, config).unwrap();
+    let tree = BTree::create(store, config).unwrap();
     let what = format!("codec blocks 16K -> {block:?}, {policy:?}");
     load_random_rows(&tree, geometry.block_size_bytes(), &what)
 }
@@ -205,7 +205,7 @@ fn random_rows_on_pool(format: pool_common::Format) {
         pool_common::Format::Zlib16k4k => BlockSize::Kib4,
         other => panic!("{other:?} is not a 16 KiB compressed format"),
     };
-    let tree = Tree::create(store, config).unwrap();
+    let tree = BTree::create(store, config).unwrap();
     let block_size_bytes = block.compressed_bytes().unwrap();
     let fill = load_random_rows(&tree, block_size_bytes, &format!("pool {format:?}"));
     let cmp = *codec.snapshot().row(block).unwrap();
@@ -262,7 +262,7 @@ fn long_random_keys_16k_in_8k() {
         compressed: true,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(store, config).unwrap();
+    let tree = BTree::create(store, config).unwrap();
     let mut rng = SmallRng::seed_from_u64(11);
     let mut model = BTreeMap::new();
     for i in 0..LONG_KEY_ROWS {

@@ -9,7 +9,7 @@
 mod common;
 mod pool_common;
 
-use barracuda_btree::{SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{BTree, SplitPolicy, TreeConfig};
 use barracuda_pool::EvictionPolicy;
 use pool_common::Format;
 
@@ -26,7 +26,7 @@ fn run(format: Format, eviction: EvictionPolicy) {
         compressed: format.compressed(),
         ..TreeConfig::default()
     };
-    let tree = Tree::create(store, config).unwrap();
+    let tree = BTree::create(store, config).unwrap();
     common::run_sixteen_threads(&tree);
     let store = tree.store();
     store.check_invariants().unwrap();

@@ -7,7 +7,7 @@
 
 mod pool_common;
 
-use barracuda_btree::{SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{BTree, SplitPolicy, TreeConfig};
 use barracuda_pool::EvictionPolicy;
 use pool_common::Format;
 use rand::rngs::SmallRng;
@@ -24,7 +24,7 @@ fn run(format: Format, eviction: EvictionPolicy, policy: SplitPolicy) {
         compressed: format.compressed(),
         ..TreeConfig::default()
     };
-    let tree = Tree::create(store, config).unwrap();
+    let tree = BTree::create(store, config).unwrap();
     let mut rng = SmallRng::seed_from_u64(7);
     let mut model = BTreeMap::new();
     for step in 0..OPS {

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
 use barracuda_btree::page::{self, KeySpan};
-use barracuda_btree::{MemStore, PageStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{BTree, MemStore, PageStore, SplitPolicy, TreeConfig};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
@@ -39,7 +39,7 @@ fn key(keys: Keys, rng: &mut SmallRng) -> Vec<u8> {
 
 /// Every (parent, record offset, child) edge from an internal page to a
 /// leaf, left to right.
-fn leaf_edges(tree: &Tree<MemStore>) -> Vec<(u64, usize, u64)> {
+fn leaf_edges(tree: &BTree<MemStore>) -> Vec<(u64, usize, u64)> {
     let store = tree.store();
     let mut out = Vec::new();
     let mut todo = vec![tree.root_page_id()];
@@ -67,7 +67,7 @@ fn check(keys: Keys, seed: u64, count: usize, policy: SplitPolicy) {
         policy,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(store, config).unwrap();
+    let tree = BTree::create(store, config).unwrap();
     let mut present = Vec::new();
     for _ in 0..count {
         let k = key(keys, &mut rng);
@@ -128,7 +128,7 @@ fn a_span_puts_random_keys_near_their_slot() {
     // the parent's span is within two slots of the answer for most keys.
     let mut rng = SmallRng::seed_from_u64(9);
     let store = Arc::new(MemStore::new(16384).unwrap());
-    let tree = Tree::create(store, TreeConfig::default()).unwrap();
+    let tree = BTree::create(store, TreeConfig::default()).unwrap();
     for _ in 0..20_000 {
         tree.insert(&key(Keys::Random, &mut rng), &[7; 100])
             .unwrap();

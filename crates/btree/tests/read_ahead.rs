@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
 use barracuda_btree::store::{AlwaysFits, MemExclusive, MemShared};
-use barracuda_btree::{MemStore, OpContext, PageStore, Result, Tree, TreeConfig, page};
+use barracuda_btree::{BTree, MemStore, OpContext, PageStore, Result, TreeConfig, page};
 use barracuda_codec::PageId;
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -65,7 +65,7 @@ const KEYS: u32 = 20_000;
 const VALUE_BYTES: usize = 100;
 
 /// A tree of 4 KiB pages with a few hundred leaves under several parents.
-fn tree(read_ahead_pages: usize) -> Tree<Recording> {
+fn tree(read_ahead_pages: usize) -> BTree<Recording> {
     let store = Arc::new(Recording {
         inner: MemStore::new(4096).unwrap(),
         hints: Mutex::new(Vec::new()),
@@ -74,7 +74,7 @@ fn tree(read_ahead_pages: usize) -> Tree<Recording> {
         read_ahead_pages,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(store, config).unwrap();
+    let tree = BTree::create(store, config).unwrap();
     for i in 0..KEYS {
         // Scattered order (7919 is prime to KEYS), so leaves are not
         // allocated in key order.
@@ -87,7 +87,7 @@ fn tree(read_ahead_pages: usize) -> Tree<Recording> {
 
 /// The leaves in key order, by the sibling links from the leftmost leaf,
 /// and the number of level-1 pages (the root must be at level 2).
-fn leaves(tree: &Tree<Recording>) -> (Vec<PageId>, usize) {
+fn leaves(tree: &BTree<Recording>) -> (Vec<PageId>, usize) {
     let store = tree.store();
     let root = store.fix_shared(tree.root_page_id()).unwrap();
     assert_eq!(page::level(&root), 2, "the test wants a three-level tree");
@@ -110,7 +110,7 @@ fn leaves(tree: &Tree<Recording>) -> (Vec<PageId>, usize) {
     (out, parents)
 }
 
-fn hints(tree: &Tree<Recording>) -> Vec<Vec<PageId>> {
+fn hints(tree: &BTree<Recording>) -> Vec<Vec<PageId>> {
     tree.store().hints.lock().clone()
 }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use barracuda_btree::{MemStore, PageStore, SplitPolicy, Tree, TreeConfig, page};
+use barracuda_btree::{BTree, MemStore, PageStore, SplitPolicy, TreeConfig, page};
 use barracuda_codec::PageId;
 use std::sync::Arc;
 
@@ -16,13 +16,13 @@ fn key(i: u32) -> Vec<u8> {
 }
 
 /// A tree of `rows` keys in order, split by `policy`.
-fn tree_with(rows: u32, policy: SplitPolicy) -> Tree<MemStore> {
+fn tree_with(rows: u32, policy: SplitPolicy) -> BTree<MemStore> {
     let store = Arc::new(MemStore::new(PAGE).unwrap());
     let config = TreeConfig {
         policy,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(store, config).unwrap();
+    let tree = BTree::create(store, config).unwrap();
     for i in 0..rows {
         tree.insert(&key(i), &[7u8; 100]).unwrap();
     }
@@ -31,7 +31,7 @@ fn tree_with(rows: u32, policy: SplitPolicy) -> Tree<MemStore> {
 }
 
 /// The leftmost leaf, its used bytes and its right sibling's (0 if none).
-fn first_two_leaves(tree: &Tree<MemStore>) -> (PageId, usize, usize) {
+fn first_two_leaves(tree: &BTree<MemStore>) -> (PageId, usize, usize) {
     let store = tree.store();
     let id = common::leftmost_leaf(tree);
     let g = store.fix_shared(id).unwrap();

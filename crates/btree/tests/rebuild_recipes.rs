@@ -7,7 +7,7 @@
 
 mod pool_common;
 
-use barracuda_btree::{LogicalKind, MemStore, OpContext, PageStore, Tree, TreeConfig};
+use barracuda_btree::{BTree, LogicalKind, MemStore, OpContext, PageStore, TreeConfig};
 use barracuda_pool::EvictionPolicy;
 use pool_common::Format;
 use rand::rngs::SmallRng;
@@ -64,7 +64,7 @@ impl Tally {
 
 /// `steps` random inserts, then deletes of most keys, one operation each:
 /// what each phase committed, and the splits and the merges the tree made.
-fn run<S: PageStore>(tree: &Tree<S>, steps: u32) -> (Tally, Tally, u64, u64) {
+fn run<S: PageStore>(tree: &BTree<S>, steps: u32) -> (Tally, Tally, u64, u64) {
     let mut rng = SmallRng::seed_from_u64(7);
     let mut keys = Vec::new();
     let (mut inserts, mut deletes) = (Tally::default(), Tally::default());
@@ -102,7 +102,7 @@ fn splits_and_merges_on_the_pool_log_recipes() {
             compressed: format.compressed(),
             ..TreeConfig::default()
         };
-        let tree = Tree::create(Arc::clone(&store), config).unwrap();
+        let tree = BTree::create(Arc::clone(&store), config).unwrap();
         let (inserts, deletes, splits, merges) = run(&tree, 4000);
         assert!(
             splits > 20 && merges > 20,
@@ -139,7 +139,7 @@ fn splits_and_merges_on_the_pool_log_recipes() {
 
 #[test]
 fn the_in_memory_store_commits_patches() {
-    let tree = Tree::create(
+    let tree = BTree::create(
         Arc::new(MemStore::new(16 << 10).unwrap()),
         TreeConfig {
             compressed: false,
@@ -165,7 +165,7 @@ fn a_logical_change_after_others_commits_patches() {
     use barracuda_btree::page::{self, HeapOrder, Layout, RecBuf, RecRef};
     use barracuda_btree::recipe;
     let store = pool_common::store(Format::Plain16k, EvictionPolicy::InnoDb, 64);
-    let _tree = Tree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
+    let _tree = BTree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
     let layout = Layout::leaf();
     let recs: Vec<RecBuf> = (0..10u8)
         .map(|i| RecBuf {

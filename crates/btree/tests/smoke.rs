@@ -2,7 +2,7 @@
 //! invariant checker after every operation.
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
-use barracuda_btree::{MemStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{BTree, MemStore, SplitPolicy, TreeConfig};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 fn run(policy: SplitPolicy, page: usize, seed: u64, ops: usize, key_space: u32, big: bool) {
     let store = Arc::new(MemStore::new(page).unwrap());
-    let tree = Tree::create(
+    let tree = BTree::create(
         store,
         TreeConfig {
             policy,
@@ -98,7 +98,7 @@ fn compressed_pages_split_on_fit_failure() {
         compressed: true,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(Arc::clone(&store), config).unwrap();
+    let tree = BTree::create(Arc::clone(&store), config).unwrap();
     let mut model = BTreeMap::new();
     let mut rng = SmallRng::seed_from_u64(7);
     for step in 0..6000 {
@@ -133,7 +133,7 @@ fn compressed_pages_split_on_fit_failure() {
 fn insert_patches_stay_small() {
     use barracuda_btree::OpContext;
     let store = Arc::new(MemStore::new(16384).unwrap());
-    let tree = Tree::create(store, TreeConfig::default()).unwrap();
+    let tree = BTree::create(store, TreeConfig::default()).unwrap();
     let mut rng = SmallRng::seed_from_u64(3);
     let value = [5u8; 100];
     let record_bytes = 8 + 8 + value.len();
@@ -177,7 +177,7 @@ fn codec_blocks_split_on_compression_failure() {
         compressed: true,
         ..TreeConfig::default()
     };
-    let tree = Tree::create(Arc::clone(&store), config).unwrap();
+    let tree = BTree::create(Arc::clone(&store), config).unwrap();
     let mut text = sample::TextGenerator::compressible(11, 0.5);
     let mut model = BTreeMap::new();
     let mut rng = SmallRng::seed_from_u64(5);
@@ -211,7 +211,7 @@ fn codec_blocks_split_on_compression_failure() {
 fn compaction_never_grows_the_directory() {
     for seed in 0..20 {
         let store = Arc::new(MemStore::new(4096).unwrap());
-        let tree = Tree::create(store, TreeConfig::default()).unwrap();
+        let tree = BTree::create(store, TreeConfig::default()).unwrap();
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut keys = Vec::new();
         loop {
@@ -241,7 +241,7 @@ fn compaction_never_grows_the_directory() {
 fn half_splits_override_the_split_policy() {
     for half_splits in [false, true] {
         let store = Arc::new(MemStore::new(4096).unwrap());
-        let tree = Tree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
+        let tree = BTree::create(Arc::clone(&store), TreeConfig::default()).unwrap();
         let mut op = barracuda_btree::OpContext::new();
         op.half_splits = half_splits;
         for i in 0..3000u32 {

@@ -4,15 +4,15 @@
 use crate::error::{Error, Result};
 use crate::page;
 use crate::store::{OpContext, PageStore};
-use crate::tree::Tree;
+use crate::tree::BTree;
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// The number of entries: the count the store keeps, changed by every
     /// insert of a new key and every delete of a present one in the same
     /// operation, so reading it costs one shared latch of the store's meta
     /// page. A store that keeps no count yet (a file written before counts
     /// were kept) is counted leaf by leaf instead, until
-    /// [`Tree::recount_in`] stores the count.
+    /// [`BTree::recount_in`] stores the count.
     ///
     /// Under concurrent writers the count may lag an operation that has
     /// changed its leaf but not yet the count.
@@ -23,7 +23,7 @@ impl<S: PageStore> Tree<S> {
         }
     }
 
-    /// Whether the tree holds no entry ([`Tree::len`] is 0).
+    /// Whether the tree holds no entry ([`BTree::len`] is 0).
     pub fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
     }
@@ -61,7 +61,7 @@ impl<S: PageStore> Tree<S> {
     /// Adds the entries `op`'s inserts and deletes counted
     /// ([`OpContext::entry_delta`]) to the store's kept count, within `op`.
     /// A caller of the `_in` operations calls this once before logging
-    /// `op`; [`Tree::insert`] and [`Tree::delete`] do it themselves. Takes
+    /// `op`; [`BTree::insert`] and [`BTree::delete`] do it themselves. Takes
     /// the meta page's latch: call it with no latch of this tree held.
     pub fn settle_entry_count(&self, op: &mut OpContext) -> Result<()> {
         let delta = std::mem::take(&mut op.entry_delta);

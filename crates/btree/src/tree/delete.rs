@@ -8,12 +8,14 @@ use crate::store::{OpContext, PageStore, PageWrite};
 use crate::tree::overflow::overflow_chain;
 use crate::tree::split::Overfull;
 use crate::tree::split::cut::fraction_cut;
-use crate::tree::{Attempt, RETRIES_MAX, SplitKind, Tree, check_key, expect_node, unreachable_err};
+use crate::tree::{
+    Attempt, BTree, RETRIES_MAX, SplitKind, check_key, expect_node, unreachable_err,
+};
 use barracuda_codec::PageId;
 use std::sync::atomic::Ordering;
 
 /// The sibling an underfull child is rebalanced with
-/// ([`Tree::merge_sibling`]).
+/// ([`BTree::merge_sibling`]).
 enum Sibling {
     /// The next child: its page and its record in the parent (whose key is
     /// the separator).
@@ -33,7 +35,7 @@ struct Siblings<'g, 'a, S: PageStore + 'a> {
     sep_key: &'g [u8],
 }
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// Deletes `key`; true if it was present.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         let mut op = OpContext::new();
@@ -45,7 +47,7 @@ impl<S: PageStore> Tree<S> {
         Ok(existed)
     }
 
-    /// [`Tree::delete`] within the caller's operation context.
+    /// [`BTree::delete`] within the caller's operation context.
     pub fn delete_in(&self, op: &mut OpContext, key: &[u8]) -> Result<bool> {
         let existed = self.remove(op, key)?;
         if existed {
@@ -102,8 +104,8 @@ impl<S: PageStore> Tree<S> {
     /// record are removed from it, as it is (underfull, marked growing):
     /// no redistribution is due, and its right neighbour (its merge
     /// sibling, when the parent has a child after it) holds too many
-    /// records for both to fit one page ([`Tree::merge_may_fit`]).
-    /// [`Tree::rebalance_child`]'s first test, made with the leaf's right neighbour latched shared (left to
+    /// records for both to fit one page ([`BTree::merge_may_fit`]).
+    /// [`BTree::rebalance_child`]'s first test, made with the leaf's right neighbour latched shared (left to
     /// right, the latch order) instead of the whole path exclusively: most
     /// deletes from an underfull leaf find no merge that fits, and latching
     /// the whole path for each of them would serialise them for nothing.
@@ -220,7 +222,7 @@ impl<S: PageStore> Tree<S> {
     /// Fixes an underfull `path[i]` with a sibling under `path[i - 1]`: merge
     /// if both fit one page; else, if the page fell below half the
     /// threshold, redistribute; else leave it underfull with its
-    /// `FLAG_GROWING` mark (see [`Tree::redistribution_bytes`]). True if the
+    /// `FLAG_GROWING` mark (see [`BTree::redistribution_bytes`]). True if the
     /// parent changed and should be looked at next (it was not already
     /// marked growing).
     fn rebalance_child<'a>(
@@ -307,7 +309,7 @@ impl<S: PageStore> Tree<S> {
         Ok(!parent_was_growing)
     }
 
-    /// The sibling of `child_id` that [`Tree::rebalance_child`] merges it
+    /// The sibling of `child_id` that [`BTree::rebalance_child`] merges it
     /// with, under `parent`, whose child covering `key` it is: the next
     /// child, else the one before (the last child), else none. The child's
     /// record is found by a probe, not a walk over the parent's hundreds

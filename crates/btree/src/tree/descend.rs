@@ -5,10 +5,10 @@
 use crate::error::{Error, Result};
 use crate::page;
 use crate::store::{PageStore, PageWrite};
-use crate::tree::{Tree, expect_node};
+use crate::tree::{BTree, expect_node};
 use barracuda_codec::PageId;
 
-/// A leaf found for a key ([`Tree::leaf_shared_following`]), latched, with
+/// A leaf found for a key ([`BTree::leaf_shared_following`]), latched, with
 /// what its parent said about it.
 pub(crate) struct FoundLeaf<G> {
     pub(crate) guard: G,
@@ -43,7 +43,7 @@ pub(super) struct LeafHint {
     pub(super) span: Option<page::KeySpan>,
 }
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// Descends toward `key` from the root by latch coupling, every page
     /// fixed by `fix` (shared, or as a point read's: see
     /// [`PageStore::fix_shared_point`]), and returns the first page at
@@ -72,7 +72,7 @@ impl<S: PageStore> Tree<S> {
         self.descend(key, 0, |id| self.store.fix_shared(id))
     }
 
-    /// The distinct leaves `keys` fall in (see [`Tree::leaf_id_for`]),
+    /// The distinct leaves `keys` fall in (see [`BTree::leaf_id_for`]),
     /// sorted; as many as were found before an error.
     pub(super) fn leaf_ids_for<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Vec<PageId> {
         let mut leaves = Vec::new();
@@ -95,7 +95,7 @@ impl<S: PageStore> Tree<S> {
         Ok((!page::is_leaf(&parent)).then(|| page::child_for(&parent, key).1))
     }
 
-    /// [`Tree::leaf_shared`] for a point read: every page is fixed with
+    /// [`BTree::leaf_shared`] for a point read: every page is fixed with
     /// [`PageStore::fix_shared_point`].
     pub(super) fn leaf_shared_point(
         &self,
@@ -105,7 +105,7 @@ impl<S: PageStore> Tree<S> {
         Ok((found.guard, found.span))
     }
 
-    /// Like [`Tree::leaf_shared`], and also the ids of up to `max` leaves
+    /// Like [`BTree::leaf_shared`], and also the ids of up to `max` leaves
     /// after it under the same parent (empty when the root is the leaf) and
     /// the key span the parent gives the leaf (for [`page::probe_in`]).
     pub(crate) fn leaf_shared_following(
@@ -116,7 +116,7 @@ impl<S: PageStore> Tree<S> {
         self.leaf_found(key, max, |id| self.store.fix_shared(id))
     }
 
-    /// [`Tree::leaf_shared_following`], every page fixed with `fix`.
+    /// [`BTree::leaf_shared_following`], every page fixed with `fix`.
     fn leaf_found<'a>(
         &'a self,
         key: &[u8],

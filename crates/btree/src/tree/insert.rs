@@ -6,9 +6,9 @@ use crate::page::{self, FLAG_GROWING, REC_OVERFLOW, RecBuf};
 use crate::store::{OpContext, PageStore, PageWrite};
 use crate::tree::overflow::{decode_overflow_ref, overflow_chain};
 use crate::tree::split::Overfull;
-use crate::tree::{Attempt, LeafOutcome, RETRIES_MAX, SplitKind, Tree, check_key, check_value};
+use crate::tree::{Attempt, BTree, LeafOutcome, RETRIES_MAX, SplitKind, check_key, check_value};
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// Inserts or replaces `key`; true if it replaced a value.
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         let mut op = OpContext::new();
@@ -20,7 +20,7 @@ impl<S: PageStore> Tree<S> {
         Ok(existed)
     }
 
-    /// [`Tree::insert`] within the caller's operation context (for a caller
+    /// [`BTree::insert`] within the caller's operation context (for a caller
     /// that logs several tree operations as one group).
     pub fn insert_in(&self, op: &mut OpContext, key: &[u8], value: &[u8]) -> Result<bool> {
         check_key(key)?;
@@ -40,8 +40,8 @@ impl<S: PageStore> Tree<S> {
         }
     }
 
-    /// [`Tree::insert_in`] of a checked key and value, inline if `inline`
-    /// allows it ([`Tree::encode_value`]).
+    /// [`BTree::insert_in`] of a checked key and value, inline if `inline`
+    /// allows it ([`BTree::encode_value`]).
     fn insert_encoded(
         &self,
         op: &mut OpContext,

@@ -1,6 +1,6 @@
 //! The tree: a B+tree over a [`PageStore`], identified by its root page id.
 //!
-//! This module holds the [`Tree`] type, its configuration and counters, and
+//! This module holds the [`BTree`] type, its configuration and counters, and
 //! the helpers every operation shares; each operation lives in a module of
 //! its own: descent with latch coupling ([`descend`]), reads ([`read`]),
 //! long values on overflow chains ([`overflow`]), the entry count
@@ -109,10 +109,10 @@ struct Counters {
     redistributions: AtomicU64,
     compression_failures: AtomicU64,
     /// `Adaptive`'s moving average of the share of its splits that no
-    /// insert stream explained, in 1/65536 (see [`Tree::policy_cut`]).
+    /// insert stream explained, in 1/65536 (see [`BTree::policy_cut`]).
     unexplained_splits: AtomicU64,
     /// `Adaptive`'s moving average of the share of its splits that did not
-    /// extend a long run (see [`Tree::policy_cut`]), in 1/65536. It starts
+    /// extend a long run (see [`BTree::policy_cut`]), in 1/65536. It starts
     /// at zero: a new tree takes its streams for long until its splits say
     /// otherwise (TPC-C order keys lost 0.003 of leaf fill when it started
     /// at one, the pattern family nothing measurable).
@@ -231,7 +231,7 @@ enum LeafOutcome {
 
 /// A B+tree over a [`PageStore`], identified by its root page id, which never
 /// changes.
-pub struct Tree<S: PageStore> {
+pub struct BTree<S: PageStore> {
     pub(crate) store: Arc<S>,
     pub(crate) root: PageId,
     pub(crate) config: TreeConfig,
@@ -276,7 +276,7 @@ fn unreachable_err(page_id: PageId) -> Error {
     }
 }
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// Creates an empty tree: allocates its root page.
     pub fn create(store: Arc<S>, config: TreeConfig) -> Result<Self> {
         let mut op = OpContext::new();
@@ -361,7 +361,7 @@ impl<S: PageStore> Tree<S> {
 
     /// Below this many used bytes, an underfull page that cannot merge with
     /// its sibling takes records from it; between this and
-    /// [`Tree::threshold_bytes`] it only merges (InnoDB's `btr_compress`
+    /// [`BTree::threshold_bytes`] it only merges (InnoDB's `btr_compress`
     /// merges and never redistributes). Redistributing at once rewrote two
     /// pages that the next deletes made underfull again (measured in
     /// docs/design.md, "Split policies").

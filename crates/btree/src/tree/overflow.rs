@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::page::{self, PageType, REC_OVERFLOW, RecBuf};
 use crate::store::{OpContext, PageStore, PageWrite};
-use crate::tree::{Tree, unreachable_err};
+use crate::tree::{BTree, unreachable_err};
 use barracuda_codec::PageId;
 
 /// An overflow chain (being read or freed) must only reach overflow pages.
@@ -38,7 +38,7 @@ pub(crate) fn decode_overflow_ref(stored: &[u8]) -> (PageId, usize) {
     )
 }
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// The record value to store for `value`: itself if it is short enough
     /// to be inline and `inline` allows it, else a reference to a new
     /// overflow chain holding it.

@@ -5,13 +5,13 @@ use crate::error::{Error, Result};
 use crate::page::{self, REC_OVERFLOW};
 use crate::store::PageStore;
 use crate::tree::overflow::{decode_overflow_ref, expect_overflow};
-use crate::tree::{Tree, check_key};
+use crate::tree::{BTree, check_key};
 
-/// Keys whose leaves [`Tree::prefetch_leaves`] reads ahead before it
+/// Keys whose leaves [`BTree::prefetch_leaves`] reads ahead before it
 /// decides whether the rest are worth the descents.
 pub const PREFETCH_SAMPLE_KEYS: usize = 8;
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// Starts reading the leaves that `keys` fall in, asynchronously (a
     /// batch about to change them): the descents fix internal pages as
     /// usual, and the leaves go to [`PageStore::prefetch`], so a batch of
@@ -38,7 +38,7 @@ impl<S: PageStore> Tree<S> {
         Ok(self.get_into(key, &mut value)?.then_some(value))
     }
 
-    /// [`Tree::get`] into `out` (cleared first): true if `key` is present.
+    /// [`BTree::get`] into `out` (cleared first): true if `key` is present.
     /// A caller that reuses one buffer allocates nothing per get.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         check_key(key)?;
@@ -77,7 +77,7 @@ impl<S: PageStore> Tree<S> {
         Ok(out)
     }
 
-    /// [`Tree::load_value`] appended to `out`.
+    /// [`BTree::load_value`] appended to `out`.
     pub(crate) fn load_value_into(&self, p: &[u8], off: usize, out: &mut Vec<u8>) -> Result<()> {
         let stored = page::rec_value(p, off);
         if page::rec_flags(p, off) & REC_OVERFLOW == 0 {

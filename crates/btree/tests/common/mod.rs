@@ -12,7 +12,7 @@
 #![allow(dead_code, reason = "each test binary uses part of this")]
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
-use barracuda_btree::{Error, PageStore, SplitPolicy, Tree, TreeConfig};
+use barracuda_btree::{BTree, Error, PageStore, SplitPolicy, TreeConfig};
 use proptest::prelude::*;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use rand::rngs::SmallRng;
@@ -178,14 +178,14 @@ impl<T: Setup> ReferenceStateMachine for ModelMachine<T> {
 /// fails with `CompressionUnfit` must have changed nothing, so the tree's
 /// map is the reference's map minus the failed operations.
 pub struct TreeUnderTest<T: Setup> {
-    tree: Tree<T::Store>,
+    tree: BTree<T::Store>,
     map: BTreeMap<Vec<u8>, Vec<u8>>,
     failed_op_count: usize,
 }
 
 /// Keys in `lo..hi` through a cursor, ascending or descending.
 pub fn scan<S: PageStore>(
-    tree: &Tree<S>,
+    tree: &BTree<S>,
     lo: &[u8],
     hi: &[u8],
     forward: bool,
@@ -213,7 +213,7 @@ pub fn scan<S: PageStore>(
 }
 
 /// The leftmost leaf of `tree`: first children from the root down.
-pub fn leftmost_leaf<S: PageStore>(tree: &Tree<S>) -> barracuda_codec::PageId {
+pub fn leftmost_leaf<S: PageStore>(tree: &BTree<S>) -> barracuda_codec::PageId {
     let store = tree.store();
     let mut id = tree.root_page_id();
     loop {
@@ -226,7 +226,7 @@ pub fn leftmost_leaf<S: PageStore>(tree: &Tree<S>) -> barracuda_codec::PageId {
 }
 
 /// Every entry of the tree, by a forward scan.
-pub fn contents<S: PageStore>(tree: &Tree<S>) -> BTreeMap<Vec<u8>, Vec<u8>> {
+pub fn contents<S: PageStore>(tree: &BTree<S>) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut got = BTreeMap::new();
     let mut c = tree.cursor();
     let mut ok = c.first().unwrap();
@@ -266,7 +266,7 @@ impl<T: Setup> StateMachineTest for TreeUnderTest<T> {
             ..TreeConfig::default()
         };
         Self {
-            tree: Tree::create(store, config).unwrap(),
+            tree: BTree::create(store, config).unwrap(),
             map: BTreeMap::new(),
             failed_op_count: 0,
         }
@@ -325,7 +325,7 @@ fn thread_key(n: u64, thread: u64) -> Vec<u8> {
     (n * THREADS + thread).to_be_bytes().to_vec()
 }
 
-fn worker<S: PageStore>(tree: &Tree<S>, thread: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+fn worker<S: PageStore>(tree: &BTree<S>, thread: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut rng = SmallRng::seed_from_u64(thread);
     let mut model = BTreeMap::new();
     for step in 0..OPS_PER_THREAD {
@@ -354,7 +354,7 @@ fn worker<S: PageStore>(tree: &Tree<S>, thread: u64) -> BTreeMap<Vec<u8>, Vec<u8
 }
 
 /// A short scan from `from`: keys strictly ordered in the scan direction.
-fn scan_is_ordered<S: PageStore>(tree: &Tree<S>, from: &[u8], forward: bool) {
+fn scan_is_ordered<S: PageStore>(tree: &BTree<S>, from: &[u8], forward: bool) {
     let mut c = tree.cursor();
     let mut ok = if forward {
         c.seek(from).unwrap()
@@ -383,7 +383,7 @@ fn scan_is_ordered<S: PageStore>(tree: &Tree<S>, from: &[u8], forward: bool) {
 /// splits and merges), then checks the invariants, that the contents equal
 /// the union of the threads' models, and that the tree split and
 /// rebalanced.
-pub fn run_sixteen_threads<S: PageStore>(tree: &Tree<S>) {
+pub fn run_sixteen_threads<S: PageStore>(tree: &BTree<S>) {
     let models: Vec<BTreeMap<Vec<u8>, Vec<u8>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| s.spawn(move || worker(tree, t)))

@@ -4,7 +4,7 @@
 use super::adaptive;
 use crate::page::{self, INSERT_WAS_MAX, INSERT_WAS_MIN, RecBuf};
 use crate::store::{OpContext, PageStore};
-use crate::tree::{SplitKind, SplitPolicy, Tree};
+use crate::tree::{BTree, SplitKind, SplitPolicy};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of records `recs[..cut]` before `cut`, for every cut.
@@ -57,7 +57,7 @@ pub(in crate::tree) fn last_insert_index(p: &[u8], recs: &[RecBuf]) -> Option<us
         .position(|r| last != 0 && r.old_offset == Some(last))
 }
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// Candidate cuts for splitting `recs` (the page's records plus the new
     /// one at `new_idx`, if the split makes room for one), best first, and
     /// the kind of the first. The split policy has no say when `op` asks

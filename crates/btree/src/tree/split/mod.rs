@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::page::{self, FLAG_GROWING, INSERT_WAS_MAX, INSERT_WAS_MIN, Layout, RecBuf};
 use crate::store::{OpContext, PageStore, PageWrite};
 use crate::tree::descend::right_bound;
-use crate::tree::{RETRIES_MAX, SplitKind, Tree, unreachable_err};
+use crate::tree::{BTree, RETRIES_MAX, SplitKind, unreachable_err};
 use barracuda_codec::PageId;
 use std::sync::atomic::Ordering;
 
@@ -53,7 +53,7 @@ enum Edited {
     Split(Overfull),
 }
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     fn part_layout(&self, p: &[u8], part: &[RecBuf], new_in_part: Option<usize>) -> Layout {
         let mut layout = page::layout_of(p);
         layout.flags = if page::image_bytes(part) < self.threshold_bytes() {
@@ -84,7 +84,7 @@ impl<S: PageStore> Tree<S> {
     /// allocated for the split are freed, and the error names `path[i]`;
     /// or, if only a full leaf this path does not reach stands in the way,
     /// nothing is written and a key of that leaf is returned: split it on
-    /// its own ([`Tree::split_alone`]) and try again.
+    /// its own ([`BTree::split_alone`]) and try again.
     pub(in crate::tree) fn split_up<'a>(
         &'a self,
         path: &mut [S::Exclusive<'a>],

@@ -22,7 +22,7 @@
 //!   waiting on the sibling under another parent would miss the records
 //!   that moved). A full sibling under another parent is split on its own
 //!   first, from the root, and the operation tries again
-//!   (`Tree::split_alone`).
+//!   (`BTree::split_alone`).
 //!
 //! Everything here stages images and asks `would_fit`; nothing is written
 //! until the whole change is known to fit.
@@ -31,7 +31,7 @@ use crate::change::{Change, Scratch};
 use crate::error::Result;
 use crate::page::{self, PAGE_HEADER_BYTES, RecBuf};
 use crate::store::{OpContext, PageStore, PageWrite};
-use crate::tree::{SplitKind, Tree, unreachable_err};
+use crate::tree::{BTree, SplitKind, unreachable_err};
 use barracuda_codec::PageId;
 
 /// Balanced packings tried (`k`, `k + 1`, ...) before the greedy one: for
@@ -113,7 +113,7 @@ fn balanced_bounds(recs: &[RecBuf], k: usize) -> Option<Vec<usize>> {
     Some(bounds)
 }
 
-impl<S: PageStore> Tree<S> {
+impl<S: PageStore> BTree<S> {
     /// The pages the uncompressed bytes of `recs` need at least.
     fn pages_needed(&self, recs: &[RecBuf]) -> usize {
         let body = page::image_bytes(recs) - PAGE_HEADER_BYTES;
@@ -254,7 +254,7 @@ impl<S: PageStore> Tree<S> {
 
     /// Cut points found greedily: for each page, the largest prefix of the
     /// remaining records that fits (binary search; fit is close enough to
-    /// monotone in the prefix, and [`Tree::try_bounds`] checks the result
+    /// monotone in the prefix, and [`BTree::try_bounds`] checks the result
     /// exactly). Probes compress on a new page of the change. `None` if a
     /// single record does not fit a page.
     fn greedy_bounds<'a>(
