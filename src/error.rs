@@ -330,7 +330,12 @@ impl From<barracuda_btree::Error> for Error {
                 len_bytes,
                 max_bytes,
             },
-            TreeError::Pool { source } => Error::from(source),
+            TreeError::Store { source } => match source.downcast::<PoolError>() {
+                Ok(error) => Error::from(*error),
+                Err(source) => Error::Internal {
+                    message: source.to_string(),
+                },
+            },
             TreeError::BadPageSize { .. } => Error::InvalidOptions { reason: message },
             TreeError::PageOutOfRange { .. }
             | TreeError::Corrupted { .. }

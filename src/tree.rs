@@ -533,9 +533,7 @@ fn overflow_payload_floor_bytes(tree: &TreeInner) -> usize {
     if block >= page {
         return body;
     }
-    let room = block
-        - barracuda_codec::PAGE_HEADER_RESERVED_BYTES
-        - barracuda_codec::log_reserve_bytes(block);
+    let room = barracuda_mtr::image_room_bytes(block);
     body.min(room * 15 / 16)
 }
 

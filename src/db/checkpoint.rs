@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use barracuda_codec::Lsn;
 
 use super::files::{self, FileStamps};
-use super::{DbInner, TreeInner, split_logged_page_id};
+use super::{DbInner, TreeInner};
 use crate::error::Result;
 use crate::options::Durability;
 
@@ -49,26 +49,16 @@ impl DbInner {
 
     /// [`DbInner::checkpoint`], with the checkpoint lock held.
     ///
-    /// The imaged set keeps the pages still unwritten when the target is
-    /// picked: their image is before the target, and the checkpoint writes
-    /// them (their oldest change is before it too), so recovery from the
-    /// target reads them from the data file, and a change to them while the
-    /// checkpoint runs needs no second image. (Cleared, each checkpoint would
-    /// make the changes of new pages made while it ran log their images
-    /// again, a cost that grows with how often checkpoints run.) Pages of a
-    /// tree it does not find are forgotten, which only
-    /// costs an image.
+    /// Each tree forgets its pages imaged in the log and written since
+    /// (`PoolStore::forget_written_images`), under the write mutex, where
+    /// the target is picked.
     fn checkpoint_with_lock_held(&self) -> Result<()> {
         let trees: Vec<_> = self.trees.read().iter().map(|t| t.load()).collect();
         let target = {
-            let mut state = self.write.lock();
-            state.imaged.retain(|&logged| {
-                let (tree_id, page_id) = split_logged_page_id(logged);
-                trees
-                    .iter()
-                    .find(|tree| tree.entry.id == tree_id)
-                    .is_some_and(|tree| tree.pool().is_unwritten(page_id))
-            });
+            let _state = self.write.lock();
+            for tree in &trees {
+                tree.tree.store().forget_written_images();
+            }
             // The end of the log, where a new segment starts: once the
             // checkpoint is recorded, the segments before it go.
             self.wal.rotate()?
@@ -76,8 +66,8 @@ impl DbInner {
         self.checkpoint_to(target, &[])
     }
 
-    /// A checkpoint at `target` (picked under the write mutex, with the
-    /// imaged set reduced to unwritten pages, or cleared while the write
+    /// A checkpoint at `target` (picked under the write mutex, the trees'
+    /// imaged pages reduced to unwritten ones, or forgotten while the write
     /// mutex is held throughout), also flushing `more` trees that are not in the
     /// catalog yet (a compaction's new tree). The caller holds the
     /// checkpoint lock.
@@ -129,7 +119,7 @@ impl DbInner {
         // A block that fails its checks (a write in progress, or none yet:
         // the tree's format is still only in the log) records nothing.
         let block_bytes = files::tree_geometry(&tree.entry)?.block_size_bytes();
-        let meta_lsn = match files::meta_block_lsn(tree.file.as_ref(), block_bytes)? {
+        let meta_lsn = match barracuda_mtr::meta_block_lsn(tree.file.as_ref(), block_bytes)? {
             Some(Ok(lsn)) => Some(lsn),
             Some(Err(_)) | None => None,
         };

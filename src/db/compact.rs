@@ -287,8 +287,11 @@ impl DbInner {
     }
 
     /// A checkpoint while holding the checkpoint lock and the write mutex.
-    fn checkpoint_locked(&self, state: &mut WriteState, more: &[&TreeInner]) -> Result<()> {
-        state.imaged.clear();
+    fn checkpoint_locked(&self, _state: &mut WriteState, more: &[&TreeInner]) -> Result<()> {
+        let trees: Vec<_> = self.trees.read().iter().map(|t| t.load()).collect();
+        for tree in trees.iter().map(|t| &**t).chain(more.iter().copied()) {
+            tree.tree.store().forget_images();
+        }
         let target = self.wal.rotate()?;
         self.checkpoint_to(target, more)
     }

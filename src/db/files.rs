@@ -23,7 +23,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use barracuda_codec::{Geometry, Lsn, PageId};
+use barracuda_codec::{Geometry, Lsn};
 use barracuda_io::BlockFile;
 
 use crate::catalog::{CATALOG_FILE_NAME, Catalog, TreeEntry, directory_error};
@@ -356,23 +356,6 @@ pub(crate) fn tree_geometry(entry: &TreeEntry) -> Result<Geometry> {
     })
 }
 
-/// The LSN of the meta page's block in `file` (page 0), if the file holds
-/// a whole one: `Ok(None)` if the file is shorter than a block, `Err` with
-/// the codec's complaint if the block fails its checks.
-pub(crate) fn meta_block_lsn(
-    file: &dyn BlockFile,
-    block_bytes: usize,
-) -> Result<Option<std::result::Result<Lsn, barracuda_codec::CodecError>>> {
-    if file.len()? < block_bytes as u64 {
-        return Ok(None);
-    }
-    let mut block = file.alloc_buf(block_bytes);
-    file.read_at(0, &mut block)?;
-    Ok(Some(
-        barracuda_codec::verify(&block, PageId(0)).map(|header| header.lsn),
-    ))
-}
-
 /// Checks a tree's data file against what the last checkpoint recorded:
 /// its meta page must be there, whole, and no older than recorded.
 pub(crate) fn check_tree_file(
@@ -394,7 +377,7 @@ pub(crate) fn check_tree_file(
             ),
         ))
     };
-    match meta_block_lsn(file, block_bytes)? {
+    match barracuda_mtr::meta_block_lsn(file, block_bytes)? {
         None => refuse(format!("holds {} bytes, no meta page", file.len()?)),
         Some(Err(e)) => refuse(format!("has a damaged meta page ({e})")),
         Some(Ok(lsn)) if lsn < recorded => {

@@ -71,9 +71,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
-use barracuda_btree::{BTree, PoolStore};
+use barracuda_btree::BTree;
 use barracuda_codec::{Lsn, PageId};
 use barracuda_io::{BlockFile, DirLock, IoOptions};
+use barracuda_mtr::PoolStore;
 use barracuda_pool::{BufferPool, CleanerRegistration, DurableLsn, PageCleaner};
 use parking_lot::{Condvar, Mutex, RwLock};
 

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use barracuda_btree::{BTree, LsnMode, OpContext, PageStore, PoolStore, TreeConfig};
+use barracuda_btree::{BTree, OpContext, PageStore, TreeConfig};
 use barracuda_codec::{Geometry, PageId};
 use barracuda_io::{BlockFile, DirLock, IoOptions, IoThreads};
+use barracuda_mtr::{LsnMode, META_PAGE_ID, PoolStore, Redo};
 use barracuda_pool::{
     BufferPool, CodecService, DurableLsn, FileService, PageCleaner, PageFormat, PoolConfig,
     Services,
@@ -158,7 +159,10 @@ impl Db {
             pools.insert(entry.id, (pool, file));
         }
         let wal_options = WalOptions::default().log_bytes(options.log_bytes);
-        let mut replayed = HashMap::new();
+        let mut redo: HashMap<u16, Redo> = pools
+            .iter()
+            .map(|(&id, (pool, _))| (id, Redo::new(Arc::clone(pool))))
+            .collect();
         let started = Instant::now();
         let (wal, checkpoint) = Wal::open(log_dir, &wal_options, |group| {
             if read_only {
@@ -168,13 +172,14 @@ impl Db {
                     reason: "it was not closed cleanly and needs recovery, which writes; open it read-write once".into(),
                 });
             }
-            replay(&pools, group, &mut replayed, &mut recovery)
+            replay(&mut redo, group, &mut recovery)
         })?;
         recovery.checkpoint_lsn = checkpoint.lsn.0;
-        recovery.pages_replayed = replayed.len() as u64;
+        let pages_replayed: usize = redo.values().map(Redo::pages).sum();
+        recovery.pages_replayed = pages_replayed as u64;
         tracing::info!(
             checkpoint = checkpoint.lsn.0,
-            pages = replayed.len(),
+            pages = pages_replayed,
             restored = recovery.pages_restored,
             applied = recovery.changes_applied,
             skipped = recovery.changes_skipped,
@@ -230,7 +235,10 @@ impl Db {
             let Some((pool, file)) = pools.remove(&entry.id) else {
                 unreachable!("every catalog tree has a pool");
             };
-            let meta_known = replayed.contains_key(&(entry.id, PageId(0))) || file.len()? > 0;
+            let meta_known = redo
+                .get(&entry.id)
+                .is_some_and(|redo| redo.has_redone(META_PAGE_ID))
+                || file.len()? > 0;
             let tree = inner.attach_tree(entry, pool, file, meta_known)?;
             inner
                 .trees

@@ -2,90 +2,65 @@
 //! logged as one redo group (or several, for a write too large for one),
 //! and the wait for durability outside the mutex (group commit).
 
-use std::collections::HashSet;
-use std::hash::BuildHasherDefault;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use barracuda_btree::OpContext;
+use barracuda_btree::LogicalKind;
 use barracuda_codec::{Lsn, PageId};
-use barracuda_pool::PageIdHasher;
+use barracuda_mtr::{Mtr, MtrTree, PoolStore, RedoSink};
 
 use super::{DbInner, TreeInner, logged_page_id};
 use crate::error::Result;
 use crate::options::Durability;
 use crate::wal::{GROUP_BYTES_MAX, RedoGroup};
 
-/// A set of page ids, hashed by one multiplication (page ids need no
-/// flood-resistant hash, and SipHash showed in profiles of `append_group`).
-pub(super) type PageIdSet = HashSet<PageId, BuildHasherDefault<PageIdHasher>>;
-
 /// What the write mutex guards.
 #[derive(Default)]
 pub(super) struct WriteState {
-    /// Logged page ids of unwritten pages whose image is in the log (after
-    /// the last checkpoint, or before it while that checkpoint writes them).
-    pub(super) imaged: PageIdSet,
     /// The group being built (kept to reuse its buffer).
     group: RedoGroup,
 }
 
-/// The changes of one atomic write, per tree.
-#[derive(Default)]
-pub(crate) struct Writer {
-    ops: Vec<(Arc<TreeInner>, OpContext)>,
-    /// The pages changed by this write's earlier groups, if it spans
-    /// several ([`GroupSplit::next_group`]): they stay pinned at the
-    /// pending LSN and are stamped with its last group's end.
-    logged: Vec<(Arc<TreeInner>, OpContext)>,
-    /// Groups of this write appended so far, each marked continued.
-    groups_appended: usize,
+/// The changes of one atomic write: a mini-transaction over the trees it
+/// changes.
+pub(crate) type Writer = Mtr<TreeInner>;
+
+impl MtrTree for TreeInner {
+    fn store(&self) -> &PoolStore {
+        self.tree.store()
+    }
+
+    fn tree_id(&self) -> u16 {
+        self.entry.id
+    }
 }
 
-impl Writer {
-    /// Whether any operation of this write changed a page.
-    fn has_changes(&self) -> bool {
-        self.groups_appended > 0
-            || self.ops.iter().any(|(_, op)| {
-                !op.pages().is_empty() || !op.allocated.is_empty() || !op.freed.is_empty()
-            })
+/// The log group being built, as the mini-transaction writes its records:
+/// a page is named in the log by its tree and its id ([`logged_page_id`]).
+impl RedoSink for RedoGroup {
+    fn full_block(&mut self, tree_id: u16, page_id: PageId, block: &[u8]) {
+        RedoGroup::full_block(self, logged_page_id(tree_id, page_id), block);
     }
 
-    /// Moves the pages of the changes just logged (patches dropped) to
-    /// `logged`, to be stamped with the write's last group.
-    fn move_logged(&mut self) {
-        for (tree, op) in &mut self.ops {
-            let index = match self.logged.iter().position(|(t, _)| Arc::ptr_eq(t, tree)) {
-                Some(index) => index,
-                None => {
-                    self.logged.push((Arc::clone(tree), OpContext::new()));
-                    self.logged.len() - 1
-                }
-            };
-            op.move_logged_to(&mut self.logged[index].1);
-        }
+    fn patch(&mut self, tree_id: u16, page_id: PageId, offset_bytes: u32, bytes: &[u8]) {
+        RedoGroup::patch(self, logged_page_id(tree_id, page_id), offset_bytes, bytes);
     }
 
-    /// Adds each tree's counted inserts and deletes to its meta page, once
-    /// per write (`Tree::settle_entry_count`).
-    fn settle_entry_counts(&mut self) -> Result<()> {
-        for (tree, op) in &mut self.ops {
-            tree.tree.settle_entry_count(op)?;
-        }
-        Ok(())
+    fn logical(&mut self, tree_id: u16, page_id: PageId, kind: LogicalKind, bytes: &[u8]) {
+        RedoGroup::logical(self, logged_page_id(tree_id, page_id), kind, bytes);
     }
 
-    /// The operation context of `tree` within this write.
-    pub(crate) fn op(&mut self, tree: &Arc<TreeInner>) -> &mut OpContext {
-        let index = match self.ops.iter().position(|(t, _)| Arc::ptr_eq(t, tree)) {
-            Some(index) => index,
-            None => {
-                self.ops.push((Arc::clone(tree), OpContext::new()));
-                self.ops.len() - 1
-            }
-        };
-        &mut self.ops[index].1
+    fn end_commit(&mut self) {
+        RedoGroup::end_commit(self);
     }
+}
+
+/// Adds each tree's counted inserts and deletes to its meta page, once per
+/// write (`BTree::settle_entry_count`).
+fn settle_entry_counts(writer: &mut Writer) -> Result<()> {
+    for (tree, op) in writer.ops_mut() {
+        tree.tree.settle_entry_count(op)?;
+    }
+    Ok(())
 }
 
 /// Lets a write that may span several log groups end one between two of
@@ -103,8 +78,7 @@ impl GroupSplit<'_> {
     /// can pass it either (the write holds the write mutex).
     pub(crate) fn next_group(&mut self, writer: &mut Writer) -> Result<()> {
         if self.db.append_group(self.state, writer, true)?.is_some() {
-            writer.move_logged();
-            writer.groups_appended += 1;
+            writer.group_logged();
         }
         Ok(())
     }
@@ -153,7 +127,7 @@ impl DbInner {
         let mut writer = Writer::default();
         let mut split = GroupSplit { db: self, state };
         let result = f(&mut writer, &mut split).and_then(|value| {
-            writer.settle_entry_counts()?;
+            settle_entry_counts(&mut writer)?;
             Ok(value)
         });
         if let Err(error) = &result
@@ -237,9 +211,7 @@ impl DbInner {
         let Some(end) = self.append_group(state, writer, false)? else {
             return Ok(None);
         };
-        for (tree, op) in writer.ops.iter().chain(&writer.logged) {
-            tree.tree.store().stamp(op, end);
-        }
+        writer.stamp(end);
         Ok(Some(end))
     }
 
@@ -253,43 +225,10 @@ impl DbInner {
         writer: &Writer,
         continued: bool,
     ) -> Result<Option<Lsn>> {
-        let WriteState { imaged, group } = state;
+        let group = &mut state.group;
         group.clear();
-        for (tree, op) in &writer.ops {
-            let pool = tree.pool();
-            let touched = op
-                .pages()
-                .iter()
-                .map(|p| p.page_id)
-                .chain(op.allocated.iter().copied())
-                .chain(op.freed.iter().copied());
-            let mut imaged_now = PageIdSet::default();
-            for page_id in touched {
-                let logged = logged_page_id(tree.entry.id, page_id);
-                if imaged.contains(&logged) || !pool.is_unwritten(page_id) {
-                    continue;
-                }
-                let guard = pool.fix_shared(page_id)?;
-                group.full_block(logged, pool.image(&guard));
-                imaged.insert(logged);
-                imaged_now.insert(page_id);
-            }
-            for page in op.pages() {
-                if imaged_now.contains(&page.page_id) {
-                    continue;
-                }
-                let logged = logged_page_id(tree.entry.id, page.page_id);
-                if let Some((kind, bytes)) = op.logical(page) {
-                    group.logical(logged, kind, bytes);
-                    continue;
-                }
-                for (offset, bytes) in op.patches(page) {
-                    group.patch(logged, offset, bytes);
-                }
-                group.end_commit();
-            }
-        }
-        if group.is_empty() && (continued || writer.groups_appended == 0) {
+        writer.write_redo(group)?;
+        if group.is_empty() && (continued || writer.groups_logged() == 0) {
             return Ok(None);
         }
         group.set_continued(continued);

@@ -47,7 +47,9 @@ use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
 pub use checkpoint::{CHECKPOINT_FORMAT_VERSION, CHECKPOINT_PAYLOAD_BYTES_MAX, Checkpoint};
-pub use record::{GROUP_BYTES_MAX, IMAGE_OVERHEAD_BYTES_MAX, LoggedGroup, RedoEntry, RedoGroup};
+pub use record::{
+    GROUP_BYTES_MAX, IMAGE_OVERHEAD_BYTES_MAX, LoggedGroup, Patches, RedoEntry, RedoGroup,
+};
 #[cfg(test)]
 use segment::MemLogDir;
 pub use segment::{

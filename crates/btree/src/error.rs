@@ -66,14 +66,15 @@ pub enum Error {
         /// The page.
         page_id: PageId,
     },
-    /// The buffer pool under a [`crate::PoolStore`] failed (I/O, a corrupt
-    /// block, or no memory left for the pages the operation needs pinned);
-    /// the pool's error names the page.
-    #[error("buffer pool: {source}")]
-    Pool {
-        /// What the pool reported.
+    /// The page store failed (the buffer pool under `barracuda-mtr`'s
+    /// store: I/O, a corrupt block, or no memory left for the pages the
+    /// operation needs pinned); the store's error names the page. The tree
+    /// knows stores only by their trait, so their errors only by this box.
+    #[error("{source}")]
+    Store {
+        /// What the store reported.
         #[source]
-        source: barracuda_pool::PoolError,
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
 }
 

@@ -8,10 +8,11 @@
 //! latched pages and records every byte the tree changes as a patch (see the
 //! [`store`] module for the full contract). [`store::MemStore`] implements it
 //! in memory, uncompressed ([`store::AlwaysFits`]) or with a real
-//! `barracuda-codec` block per page ([`store::CodecBlocks`]); [`PoolStore`]
-//! implements it on the buffer pool (`barracuda-pool`), whose compressed
-//! blocks take the patches into their modification logs; the patches will
-//! also feed the write-ahead log. The first
+//! `barracuda-codec` block per page ([`store::CodecBlocks`]); `barracuda-mtr`'s
+//! `PoolStore` implements it on the buffer pool, whose compressed blocks
+//! take the patches into their modification logs, and turns each
+//! operation's patches into its redo records. The tree does not depend on
+//! the pool. The first
 //! `barracuda_codec::PAGE_HEADER_RESERVED_BYTES` of every page belong to the
 //! codec; the tree's header follows ([`PAGE_HEADER_BYTES`] in all).
 //! A tree is identified by its root page id, which never changes: a root
@@ -72,7 +73,6 @@ pub mod cursor;
 mod error;
 pub mod page;
 pub mod pattern;
-pub mod pool_store;
 pub mod recipe;
 pub mod scan;
 pub mod store;
@@ -84,6 +84,5 @@ pub use error::{Error, Result};
 pub use page::{
     KEY_BYTES_MAX, PAGE_HEADER_BYTES, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN, VALUE_BYTES_MAX,
 };
-pub use pool_store::{LsnCounter, LsnMode, META_PAGE_ID, PoolExclusive, PoolStore};
 pub use store::{Fit, LogicalKind, MemStore, OpContext, PagePatches, PageStore, PageWrite};
 pub use tree::{BTree, PREFETCH_SAMPLE_KEYS, SplitCounts, SplitPolicy, TreeConfig};

@@ -193,6 +193,17 @@ pub fn encode_insert(rec: RecRef<'_>) -> Vec<u8> {
     out
 }
 
+/// The patches, in order, that the logical change `body` of `kind` writes
+/// on the page `old`: the tree's redo of a logged record
+/// ([`redo_insert`], [`redo_delete`], [`redo_rebuild`]).
+pub fn redo(kind: LogicalKind, old: &[u8], body: &[u8]) -> Result<Vec<Patch>, &'static str> {
+    match kind {
+        LogicalKind::Rebuild => redo_rebuild(old, body),
+        LogicalKind::Insert => redo_insert(old, body),
+        LogicalKind::Delete => redo_delete(old, body),
+    }
+}
+
 /// The patches, in order, that the insert `body` ([`encode_insert`])
 /// writes on the page `old`: the same search and the same insert as when it
 /// was logged, so the same bytes, in the same patches (a compressed block's

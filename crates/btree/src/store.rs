@@ -119,7 +119,7 @@ pub struct OpContext {
     /// Pages this operation freed.
     pub freed: Vec<PageId>,
     /// Entries its inserts added (deletes: removed) that the store's kept
-    /// count does not have yet: [`crate::Tree::settle_entry_count`] adds
+    /// count does not have yet: [`crate::BTree::settle_entry_count`] adds
     /// them in one change of the meta page, so a batch of inserts logs one
     /// count instead of one per insert.
     pub entry_delta: i64,
@@ -226,7 +226,7 @@ impl OpContext {
 
     /// Takes back the last [`Self::commit_page`] (the store could not
     /// commit it after all).
-    pub(crate) fn forget_last_commit(&mut self) {
+    pub fn forget_last_commit(&mut self) {
         if let Some(page) = self.pages.pop() {
             if let Some((_, logical)) = page.logical {
                 self.logical_bytes.truncate(logical.start);
@@ -512,7 +512,7 @@ pub trait PageStore: Send + Sync {
 
     /// The number of entries (keys) of the store's tree, as the store keeps
     /// it, or `None` if it keeps none (a file written before counts were
-    /// kept, until [`crate::Tree::recount_in`] stores one).
+    /// kept, until [`crate::BTree::recount_in`] stores one).
     ///
     /// One store holds one tree. No default: a store that wraps another
     /// must forward the count, or the tree's length would silently be lost.

@@ -8,12 +8,10 @@
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
 mod common;
-mod pool_common;
 
 use barracuda_btree::store::CodecBlocks;
-use barracuda_btree::{BTree, Error, MemStore, PageStore, SplitPolicy, TreeConfig};
+use barracuda_btree::{BTree, Error, MemStore, SplitPolicy, TreeConfig};
 use barracuda_codec::{BlockSize, Codec, Geometry};
-use barracuda_pool::EvictionPolicy;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -134,51 +132,6 @@ fn zlib_16k_in_4k_mixed() {
 
 // ------------------------------------------------ redb's benchmark workload
 
-/// Rows of redb's benchmark workload: 24-byte random keys, 150-byte random
-/// values (both incompressible). Enough rows for a tree of a few hundred
-/// leaves, whose leaves split many times over.
-const RANDOM_ROWS: usize = 20_000;
-const RANDOM_KEY_BYTES: usize = 24;
-const RANDOM_VALUE_BYTES: usize = 150;
-
-fn random_rows(seed: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let mut bytes = |len: usize| (0..len).map(|_| rng.random()).collect::<Vec<u8>>();
-    (0..RANDOM_ROWS)
-        .map(|_| (bytes(RANDOM_KEY_BYTES), bytes(RANDOM_VALUE_BYTES)))
-        .collect()
-}
-
-/// Inserts every row (each must be stored: the values are far below the
-/// size limits), then checks the contents and the invariants. Returns the
-/// rows' key and value bytes per byte of leaf blocks (leaf pages x block
-/// size): how full the compressed leaves are.
-fn load_random_rows<S: PageStore>(tree: &BTree<S>, block_size_bytes: usize, what: &str) -> f64 {
-    let rows = random_rows(RANDOM_ROWS as u64);
-    for (i, (k, v)) in rows.iter().enumerate() {
-        if let Err(e) = tree.insert(k, v) {
-            panic!("{what}: row {i} of {RANDOM_ROWS} refused: {e}");
-        }
-        if i % 4096 == 0 {
-            tree.check_invariants().unwrap();
-        }
-    }
-    tree.check_invariants().unwrap();
-    for (k, v) in &rows {
-        assert_eq!(tree.get(k).unwrap().as_ref(), Some(v), "{what}");
-    }
-    let stats = tree.stats().unwrap();
-    assert_eq!(stats.record_count, RANDOM_ROWS as u64, "{what}");
-    let data_bytes = RANDOM_ROWS * (RANDOM_KEY_BYTES + RANDOM_VALUE_BYTES);
-    let block_fill = data_bytes as f64 / (stats.leaf_pages as f64 * block_size_bytes as f64);
-    eprintln!(
-        "{what}: {} leaves ({:?} per level), data / leaf blocks {block_fill:.3}, \
-         leaf fill {:.3}, pad {} B, {:?}",
-        stats.leaf_pages, stats.pages_per_level, stats.leaf_fill, stats.zip_pad_bytes, stats.splits
-    );
-    block_fill
-}
-
 fn random_rows_on_codec_blocks(block: BlockSize, policy: SplitPolicy) -> f64 {
     let page_size_bytes = 16 << 10;
     let geometry = Geometry::new(page_size_bytes, block).unwrap();
@@ -191,49 +144,19 @@ fn random_rows_on_codec_blocks(block: BlockSize, policy: SplitPolicy) -> f64 {
     };
     let tree = BTree::create(store, config).unwrap();
     let what = format!("codec blocks 16K -> {block:?}, {policy:?}");
-    load_random_rows(&tree, geometry.block_size_bytes(), &what)
-}
-
-fn random_rows_on_pool(format: pool_common::Format) {
-    let (store, codec) = pool_common::store_counting(format, EvictionPolicy::CostAware, 64);
-    let config = TreeConfig {
-        compressed: true,
-        ..TreeConfig::default()
-    };
-    let block = match format {
-        pool_common::Format::Zlib16k8k => BlockSize::Kib8,
-        pool_common::Format::Zlib16k4k => BlockSize::Kib4,
-        other => panic!("{other:?} is not a 16 KiB compressed format"),
-    };
-    let tree = BTree::create(store, config).unwrap();
-    let block_size_bytes = block.compressed_bytes().unwrap();
-    let fill = load_random_rows(&tree, block_size_bytes, &format!("pool {format:?}"));
-    let cmp = *codec.snapshot().row(block).unwrap();
-    eprintln!(
-        "pool {format:?}: {:.2} compressions per row ({} of {} fitted)",
-        cmp.compress_ops as f64 / RANDOM_ROWS as f64,
-        cmp.compress_ops_ok,
-        cmp.compress_ops
-    );
-    // The pool's fit check compresses afresh, so full right siblings refuse
-    // their new link and give records: the path this test is about.
-    let splits = tree.split_counts();
-    assert!(splits.absorbing > 0, "{splits:?}");
-    // Random inserts split at random points: leaves settle near ln 2 of
-    // what a block holds (the block keeps 1/16 free for its log).
-    assert!(fill > 0.55, "data / leaf blocks {fill:.3}");
+    common::load_random_rows(&tree, geometry.block_size_bytes(), &what)
 }
 
 /// Regression (reported with redb's benchmark workload): 16 KiB pages of
 /// random rows compress to about 16 KiB, so a split in two left halves that
 /// did not fit an 8 KiB block and inserts failed with `CompressionUnfit`.
+/// (The same rows on the buffer pool: `barracuda-mtr`'s `incompressible`.)
 #[test]
 fn random_rows_16k_in_8k() {
     for policy in [SplitPolicy::Adaptive, SplitPolicy::Half] {
         let fill = random_rows_on_codec_blocks(BlockSize::Kib8, policy);
         assert!(fill > 0.55, "data / leaf blocks {fill:.3}");
     }
-    random_rows_on_pool(pool_common::Format::Zlib16k8k);
 }
 
 /// The same in blocks of a quarter of the page.
@@ -241,55 +164,4 @@ fn random_rows_16k_in_8k() {
 fn random_rows_16k_in_4k() {
     let fill = random_rows_on_codec_blocks(BlockSize::Kib4, SplitPolicy::InnoDb);
     assert!(fill > 0.55, "data / leaf blocks {fill:.3}");
-    random_rows_on_pool(pool_common::Format::Zlib16k4k);
 }
-
-/// Long random keys (400 bytes) make internal pages of a few dozen children,
-/// and random rows of them do not compress: every leaf split is a split
-/// for a block that no longer fits, at every level, and every row is
-/// stored. (With the split points of an earlier `Adaptive`, leaves that
-/// ended their parent were also split on their own, next to full leaves
-/// under the next parent; no current policy takes that path here, so its
-/// count is printed, not asserted.)
-#[test]
-fn long_random_keys_16k_in_8k() {
-    let (store, _) = pool_common::store_counting(
-        pool_common::Format::Zlib16k8k,
-        EvictionPolicy::CostAware,
-        64,
-    );
-    let config = TreeConfig {
-        compressed: true,
-        ..TreeConfig::default()
-    };
-    let tree = BTree::create(store, config).unwrap();
-    let mut rng = SmallRng::seed_from_u64(11);
-    let mut model = BTreeMap::new();
-    for i in 0..LONG_KEY_ROWS {
-        let k: Vec<u8> = (0..LONG_KEY_BYTES).map(|_| rng.random()).collect();
-        let v: Vec<u8> = (0..RANDOM_VALUE_BYTES).map(|_| rng.random()).collect();
-        if let Err(e) = tree.insert(&k, &v) {
-            panic!("row {i} refused: {e}");
-        }
-        model.insert(k, v);
-        if i % 500 == 0 {
-            tree.check_invariants().unwrap();
-        }
-    }
-    tree.check_invariants().unwrap();
-    assert!(common::contents(&tree) == model);
-    let stats = tree.stats().unwrap();
-    eprintln!(
-        "long keys: {:?} per level, {:?}",
-        stats.pages_per_level, stats.splits
-    );
-    assert!(stats.splits.compression_failure > 0, "{:?}", stats.splits);
-    assert!(
-        stats.pages_per_level.len() >= 3,
-        "{:?}",
-        stats.pages_per_level
-    );
-}
-
-const LONG_KEY_ROWS: usize = 6_000;
-const LONG_KEY_BYTES: usize = 400;

@@ -121,7 +121,7 @@ pub fn overflow_payload_bytes_max(page_size_bytes: usize) -> usize {
 }
 
 /// Validates a page size.
-pub(crate) fn check_page_size(page_size_bytes: usize) -> Result<()> {
+pub fn check_page_size(page_size_bytes: usize) -> Result<()> {
     if !(PAGE_SIZE_BYTES_MIN..=PAGE_SIZE_BYTES_MAX).contains(&page_size_bytes)
         || !page_size_bytes.is_power_of_two()
     {

@@ -402,3 +402,50 @@ pub fn run_sixteen_threads<S: PageStore>(tree: &BTree<S>) {
         "no rebalancing: {counts:?}"
     );
 }
+
+// ------------------------------------------------ redb's benchmark workload
+
+/// Rows of redb's benchmark workload: 24-byte random keys, 150-byte random
+/// values (both incompressible). Enough rows for a tree of a few hundred
+/// leaves, whose leaves split many times over.
+pub const RANDOM_ROWS: usize = 20_000;
+pub const RANDOM_KEY_BYTES: usize = 24;
+pub const RANDOM_VALUE_BYTES: usize = 150;
+
+pub fn random_rows(seed: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut bytes = |len: usize| (0..len).map(|_| rng.random()).collect::<Vec<u8>>();
+    (0..RANDOM_ROWS)
+        .map(|_| (bytes(RANDOM_KEY_BYTES), bytes(RANDOM_VALUE_BYTES)))
+        .collect()
+}
+
+/// Inserts every row (each must be stored: the values are far below the
+/// size limits), then checks the contents and the invariants. Returns the
+/// rows' key and value bytes per byte of leaf blocks (leaf pages x block
+/// size): how full the compressed leaves are.
+pub fn load_random_rows<S: PageStore>(tree: &BTree<S>, block_size_bytes: usize, what: &str) -> f64 {
+    let rows = random_rows(RANDOM_ROWS as u64);
+    for (i, (k, v)) in rows.iter().enumerate() {
+        if let Err(e) = tree.insert(k, v) {
+            panic!("{what}: row {i} of {RANDOM_ROWS} refused: {e}");
+        }
+        if i % 4096 == 0 {
+            tree.check_invariants().unwrap();
+        }
+    }
+    tree.check_invariants().unwrap();
+    for (k, v) in &rows {
+        assert_eq!(tree.get(k).unwrap().as_ref(), Some(v), "{what}");
+    }
+    let stats = tree.stats().unwrap();
+    assert_eq!(stats.record_count, RANDOM_ROWS as u64, "{what}");
+    let data_bytes = RANDOM_ROWS * (RANDOM_KEY_BYTES + RANDOM_VALUE_BYTES);
+    let block_fill = data_bytes as f64 / (stats.leaf_pages as f64 * block_size_bytes as f64);
+    eprintln!(
+        "{what}: {} leaves ({:?} per level), data / leaf blocks {block_fill:.3}, \
+         leaf fill {:.3}, pad {} B, {:?}",
+        stats.leaf_pages, stats.pages_per_level, stats.leaf_fill, stats.zip_pad_bytes, stats.splits
+    );
+    block_fill
+}

@@ -7,11 +7,9 @@
 
 mod pool_common;
 
-use barracuda_btree::{
-    BTree, Error, LsnMode, META_PAGE_ID, MemStore, OpContext, PageStore, PageWrite, PoolStore,
-    TreeConfig,
-};
+use barracuda_btree::{BTree, Error, MemStore, OpContext, PageStore, PageWrite, TreeConfig};
 use barracuda_codec::PAGE_HEADER_RESERVED_BYTES;
+use barracuda_mtr::{LsnMode, META_PAGE_ID, PoolStore};
 use barracuda_pool::EvictionPolicy;
 use pool_common::Format;
 use rand::rngs::SmallRng;

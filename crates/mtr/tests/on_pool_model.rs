@@ -8,10 +8,11 @@
 //! pool rolls pages back.
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
+#[path = "../../btree/tests/common/mod.rs"]
 mod common;
 mod pool_common;
 
-use barracuda_btree::PoolStore;
+use barracuda_mtr::PoolStore;
 use barracuda_pool::EvictionPolicy;
 use common::{Setup, TreeUnderTest, Values};
 use pool_common::Format;

@@ -19,7 +19,7 @@
 //!     [`PoolStore::durable_lsn_provider`] reports as durable.
 //!   - [`LsnMode::Logged`] (the database): the owner logs the `OpContext`
 //!     as one redo group and calls [`PoolStore::stamp`] with the group's
-//!     LSN. Operations the tree finishes itself ([`crate::Tree::create`])
+//!     LSN. Operations the tree finishes itself ([`barracuda_btree::BTree::create`])
 //!     are queued; the owner takes them with [`PoolStore::take_finished_ops`].
 //! - **Page 0 is the store's meta page**: magic, format version, the next
 //!   never-used page id, the head and length of the free list, and the
@@ -30,7 +30,7 @@
 //!   as the insert of a new key or the delete of a present one. A version 1
 //!   meta page (written before counts were kept) has none:
 //!   [`PageStore::entry_count`] answers `None` until the owner counts the
-//!   leaves once and stores the count ([`crate::Tree::recount_in`]), which
+//!   leaves once and stores the count ([`barracuda_btree::BTree::recount_in`]), which
 //!   rewrites the page as version 2.
 //! - **The free list is a chain through the free pages**: a freed page is
 //!   zeroed except a small header (magic and the next free page id) at the
@@ -40,8 +40,10 @@
 //! - Latch order: tree pages, then the meta page, then a free page. Nothing
 //!   holds the meta page while waiting for a tree page.
 
-use crate::error::{Error, Result};
-use crate::store::{Fit, LogicalKind, OpContext, PageStore, PageWrite};
+use crate::log::Imaged;
+use barracuda_btree::recipe::{self, Recipe};
+use barracuda_btree::store::diff_runs;
+use barracuda_btree::{Error, Fit, LogicalKind, OpContext, PageStore, PageWrite, Result};
 use barracuda_codec::{Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
 use barracuda_pool::{Access, BufferPool, CommitOutcome, DurableLsn, ExclusiveGuard, SharedGuard};
 use parking_lot::Mutex;
@@ -86,6 +88,17 @@ pub enum LsnMode {
     Counter(LsnCounter),
     /// The owner logs each operation and calls [`PoolStore::stamp`].
     Logged,
+}
+
+/// The bytes of a compressed block of `block_size_bytes` that a page's
+/// compressed image may fill while the block keeps its room for the
+/// modification log: the block less the codec's reserved header and the
+/// log's reserve.
+#[must_use]
+pub fn image_room_bytes(block_size_bytes: usize) -> usize {
+    block_size_bytes
+        .saturating_sub(PAGE_HEADER_RESERVED_BYTES)
+        .saturating_sub(barracuda_codec::log_reserve_bytes(block_size_bytes))
 }
 
 /// The meta page: page 0 of every store.
@@ -207,6 +220,8 @@ pub struct PoolStore {
     next_page_id: AtomicU64,
     /// Operations finished by the tree itself, in [`LsnMode::Logged`].
     finished: Mutex<Vec<OpContext>>,
+    /// Pages imaged in the log and not written since (see `log.rs`).
+    imaged: Imaged,
 }
 
 impl PoolStore {
@@ -225,7 +240,7 @@ impl PoolStore {
     /// meta page within `op`, which the caller logs (in
     /// [`LsnMode::Logged`]) or finishes.
     pub fn format(pool: Arc<BufferPool>, mode: LsnMode, op: &mut OpContext) -> Result<Self> {
-        crate::page::check_page_size(pool.config().page_size_bytes)?;
+        barracuda_btree::page::check_page_size(pool.config().page_size_bytes)?;
         let store = Self::with_mode(pool, mode, 1);
         {
             let mut guard =
@@ -246,7 +261,7 @@ impl PoolStore {
     /// Opens the store whose meta page is in `pool`'s file (or cache, after
     /// recovery).
     pub fn open(pool: Arc<BufferPool>, mode: LsnMode) -> Result<Self> {
-        crate::page::check_page_size(pool.config().page_size_bytes)?;
+        barracuda_btree::page::check_page_size(pool.config().page_size_bytes)?;
         let meta = {
             let guard = pool.fix_shared(META_PAGE_ID).map_err(pool_error)?;
             Meta::read(&guard)?
@@ -260,6 +275,7 @@ impl PoolStore {
             mode,
             next_page_id: AtomicU64::new(next_page_id),
             finished: Mutex::new(Vec::new()),
+            imaged: Imaged::default(),
         }
     }
 
@@ -268,6 +284,10 @@ impl PoolStore {
     #[must_use]
     pub fn durable_lsn_provider(lsns: &LsnCounter) -> Arc<dyn DurableLsn> {
         Arc::new(lsns.clone())
+    }
+
+    pub(crate) fn imaged(&self) -> &Imaged {
+        &self.imaged
     }
 
     /// The pool underneath.
@@ -407,8 +427,11 @@ impl PoolStore {
     }
 }
 
-fn pool_error(source: barracuda_pool::PoolError) -> Error {
-    Error::Pool { source }
+/// The pool's error, as the tree carries a store's.
+pub(crate) fn pool_error(source: barracuda_pool::PoolError) -> Error {
+    Error::Store {
+        source: Box::new(source),
+    }
 }
 
 /// An exclusive guard of a [`PoolStore`]: the pool's guard plus the
@@ -468,7 +491,7 @@ impl PageWrite for PoolExclusive<'_> {
         self.inner.page_id()
     }
 
-    fn write_rebuilt(&mut self, image: &[u8], recipe: impl FnOnce(&[u8]) -> crate::recipe::Recipe) {
+    fn write_rebuilt(&mut self, image: &[u8], recipe: impl FnOnce(&[u8]) -> Recipe) {
         self.rebuild_logged(image, recipe);
     }
 
@@ -527,13 +550,9 @@ impl PoolExclusive<'_> {
     /// exactly `image`, property-tested in `recipe.rs`), and it is shorter
     /// than the patches. Inside a logged change (an insert may compact the
     /// page first) that change is what is logged.
-    fn rebuild_logged(
-        &mut self,
-        image: &[u8],
-        recipe: impl FnOnce(&[u8]) -> crate::recipe::Recipe,
-    ) {
+    fn rebuild_logged(&mut self, image: &[u8], recipe: impl FnOnce(&[u8]) -> Recipe) {
         assert_eq!(image.len(), self.len(), "image size must equal page size");
-        let runs = crate::store::diff_runs(self, image);
+        let runs = diff_runs(self, image);
         // Inside a logged change, or after other changes, the recipe would
         // not tell the commit's whole change: it is not even made.
         let alone = self.inner.pending_patch_count() == 0 && !self.in_logged_change;
@@ -546,7 +565,7 @@ impl PoolExclusive<'_> {
         });
         debug_assert!(
             recipe.as_ref().is_none_or(|recipe| {
-                crate::recipe::build(self, &recipe.bytes).is_ok_and(|built| built == image)
+                recipe::build(self, &recipe.bytes).is_ok_and(|built| built == image)
             }),
             "a recipe made from this page rebuilds another image"
         );

@@ -6,6 +6,7 @@
 //! them back.
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
+#[path = "../../btree/tests/common/mod.rs"]
 mod common;
 mod pool_common;
 
