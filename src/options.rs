@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::db::Db;
 use crate::error::{Error, Result};
 
+mod layers;
+
 /// Default requests in flight per I/O thread: the file layer's default ring
 /// depth, at which one thread already reaches fio's depth-32 IOPS on the
 /// development machine's disk (`docs/benchmarks.md`, "I/O").
@@ -136,11 +138,7 @@ impl TreeOptions {
     /// compression level, as creating a tree with them would.
     pub(crate) fn validate(&self) -> Result<()> {
         self.compression.codec().validate()?;
-        if self.compression == Compression::None {
-            barracuda_codec::Geometry::uncompressed(self.page_size_bytes)?;
-        } else {
-            barracuda_codec::Geometry::new(self.page_size_bytes, self.block_size)?;
-        }
+        self.geometry()?;
         Ok(())
     }
 

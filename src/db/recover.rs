@@ -188,7 +188,7 @@ fn replay_change(
 mod tests {
     use super::*;
     use barracuda_codec::{BlockSize, Codec, Geometry, PAGE_HEADER_RESERVED_BYTES};
-    use barracuda_pool::{CodecService, FileService, PageFormat, Services};
+    use barracuda_pool::{CodecService, FileService, Services};
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 
@@ -206,11 +206,9 @@ mod tests {
             durable_lsn: Arc::new(|| Lsn(u64::MAX)),
             clock: None,
         };
-        let config = barracuda_pool::PoolConfig::default()
-            .format(PageFormat::Compressed {
-                block_size_bytes: 8192,
-            })
-            .buffer_pool_bytes(1 << 20);
+        let config = crate::Options::default()
+            .buffer_pool_bytes(1 << 20)
+            .pool_config(geometry);
         let pool = BufferPool::open(config, services).unwrap();
         let mut rng = SmallRng::seed_from_u64(1);
         let mut noise = |len: usize| -> Vec<u8> { (0..len).map(|_| rng.random()).collect() };
