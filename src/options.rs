@@ -13,10 +13,12 @@ use serde::{Deserialize, Serialize};
 use crate::db::Db;
 use crate::error::{Error, Result};
 
+mod layers;
+
 /// Default requests in flight per I/O thread: the file layer's default ring
 /// depth, at which one thread already reaches fio's depth-32 IOPS on the
 /// development machine's disk (`docs/benchmarks.md`, "I/O").
-pub const IO_QUEUE_DEPTH_DEFAULT: u32 = 32;
+pub const IO_QUEUE_DEPTH_DEFAULT: u32 = barracuda_io::QUEUE_DEPTH_DEFAULT;
 
 /// The range of [`Options::log_bytes`]: its minimum (the maximum is the
 /// log's, `wal::LOG_BYTES_MAX`).
@@ -62,8 +64,10 @@ pub struct TreeOptions {
 impl Default for TreeOptions {
     fn default() -> Self {
         Self {
-            page_size_bytes: /* InnoDB's default page */ 16 << 10,
-            compression: Compression::Zlib { level: 6 },
+            page_size_bytes: /* InnoDB's default page */ barracuda_pool::PAGE_SIZE_BYTES_DEFAULT,
+            compression: Compression::Zlib {
+                level: barracuda_codec::ZLIB_LEVEL_DEFAULT,
+            },
             block_size: /* InnoDB's KEY_BLOCK_SIZE=8 */ BlockSize::Kib8,
             split_policy: SplitPolicy::Adaptive,
         }
@@ -136,11 +140,7 @@ impl TreeOptions {
     /// compression level, as creating a tree with them would.
     pub(crate) fn validate(&self) -> Result<()> {
         self.compression.codec().validate()?;
-        if self.compression == Compression::None {
-            barracuda_codec::Geometry::uncompressed(self.page_size_bytes)?;
-        } else {
-            barracuda_codec::Geometry::new(self.page_size_bytes, self.block_size)?;
-        }
+        self.geometry()?;
         Ok(())
     }
 
@@ -210,8 +210,8 @@ impl Default for Options {
         Self {
             buffer_pool_bytes: /* 128 MiB */ 128 << 20,
             eviction_policy: EvictionPolicy::CostAware,
-            read_io_threads: /* InnoDB's default */ 4,
-            write_io_threads: /* InnoDB's default */ 4,
+            read_io_threads: /* InnoDB's default */ barracuda_io::IO_THREADS_DEFAULT,
+            write_io_threads: /* InnoDB's default */ barracuda_io::IO_THREADS_DEFAULT,
             io_backend: Backend::Auto,
             flush_method: FlushMethod::ODirect,
             durability: Durability::Sync,
@@ -219,7 +219,7 @@ impl Default for Options {
             log_flush_interval: /* InnoDB's flush_log_at_trx_commit=2 */ Duration::from_secs(1),
             checkpoint_interval: Duration::from_secs(10),
             idle_checkpoint: Some(Duration::from_secs(1)),
-            log_bytes: /* 128 MiB */ 128 << 20,
+            log_bytes: /* 128 MiB */ crate::wal::LOG_BYTES_DEFAULT,
             device_latency: Duration::ZERO,
             default_tree: TreeOptions::default(),
             file_wrapper: None,

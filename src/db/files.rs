@@ -28,7 +28,6 @@ use barracuda_io::BlockFile;
 
 use crate::catalog::{CATALOG_FILE_NAME, Catalog, TreeEntry, directory_error};
 use crate::error::{Error, Result};
-use crate::options::Compression;
 use crate::wal::{CHECKPOINT_PAYLOAD_BYTES_MAX, CONTROL_FILE_NAME, parse_segment_file_name};
 
 /// A tree file's id and whether it is the data file (`.bdb`) or the
@@ -347,13 +346,7 @@ impl FileStamps {
 
 /// The geometry of a tree's blocks.
 pub(crate) fn tree_geometry(entry: &TreeEntry) -> Result<Geometry> {
-    let tree_options = entry.options();
-    let page = tree_options.page_size_bytes;
-    Ok(if tree_options.compression == Compression::None {
-        Geometry::uncompressed(page)?
-    } else {
-        Geometry::new(page, tree_options.effective_block_size())?
-    })
+    entry.options().geometry()
 }
 
 /// Checks a tree's data file against what the last checkpoint recorded:

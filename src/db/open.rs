@@ -9,14 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use barracuda_btree::{BTree, OpContext, PageStore, TreeConfig};
-use barracuda_codec::{Geometry, PageId};
+use barracuda_btree::{BTree, OpContext, PageStore};
+use barracuda_codec::PageId;
 use barracuda_io::{BlockFile, DirLock, IoOptions, IoThreads};
 use barracuda_mtr::{LsnMode, META_PAGE_ID, PoolStore, Redo};
-use barracuda_pool::{
-    BufferPool, CodecService, DurableLsn, FileService, PageCleaner, PageFormat, PoolConfig,
-    Services,
-};
+use barracuda_pool::{BufferPool, CodecService, DurableLsn, FileService, PageCleaner, Services};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::checkpoint::background;
@@ -26,16 +23,12 @@ use super::write::{WriteState, Writer};
 use super::{Db, DbInner, LOG_FILE_NAME, RecoveryStats, TreeInner, TreeSlot, WalDurable};
 use crate::catalog::{Catalog, TreeEntry, directory_error};
 use crate::error::{Error, Result};
-use crate::options::{Compression, Options, TreeOptions};
-use crate::wal::{FileWrap, FsLogDir, Wal, WalOptions};
+use crate::options::{Options, TreeOptions};
+use crate::wal::{FileWrap, FsLogDir, Wal};
 
 /// The root page of every tree: the first page allocated after the store's
 /// meta page (page 0).
 const ROOT_PAGE_ID: PageId = PageId(1);
-
-/// Requests a pool keeps in flight per batch (read-ahead, flushing): the
-/// file layer's default ring depth.
-const QUEUE_DEPTH: usize = 32;
 
 /// How often the page cleaner writes dirty pages, and how many per tree.
 const PAGE_CLEANER_INTERVAL: Duration = Duration::from_millis(100);
@@ -84,29 +77,12 @@ impl Db {
         };
         let create_log = inventory.check_log(dir, &catalog)?;
         let orphans = inventory.check_tree_files(dir, &catalog)?;
-        let io_options = IoOptions::default()
-            .backend(options.io_backend)
-            .flush_method(options.flush_method)
-            .read_io_threads(options.read_io_threads)
-            .write_io_threads(options.write_io_threads)
-            .queue_depth(options.io_queue_depth);
+        let io_options = options.io_options();
         let wrap: Option<FileWrap> = (options.file_wrapper.is_some() || read_only).then(|| {
             let options = options.clone();
             Arc::new(move |path: &Path, file| options.wrap(path, file)) as FileWrap
         });
-        // The log writes one sequential run and syncs it per flush, from the
-        // flushing thread: pwrite does that without an io_uring file's
-        // threads, rings and buffers, which each segment would start again.
-        // Its calls are all synchronous, on the caller's thread: one idle
-        // worker of each kind instead of the data files' eight.
-        let log_options = io_options
-            .clone()
-            .backend(barracuda_io::Backend::Pread)
-            .read_io_threads(1)
-            .write_io_threads(1)
-            .buffer_count(1)
-            .buffer_size_bytes(4096);
-        let log_dir = Arc::new(FsLogDir::new(dir, log_options, wrap));
+        let log_dir = Arc::new(FsLogDir::new(dir, options.log_io_options(), wrap));
         // Every tree's files share one set of I/O threads and registered
         // buffers: a tree costs its descriptors, not a thread pool.
         let io_options = io_options
@@ -158,7 +134,7 @@ impl Db {
             recovery.pages_restored += restored as u64;
             pools.insert(entry.id, (pool, file));
         }
-        let wal_options = WalOptions::default().log_bytes(options.log_bytes);
+        let wal_options = options.wal_options();
         let mut redo: HashMap<u16, Redo> = pools
             .iter()
             .map(|(&id, (pool, _))| (id, Redo::new(Arc::clone(pool))))
@@ -281,20 +257,7 @@ fn open_pool(
     durable: &Arc<WalDurable>,
 ) -> Result<(Arc<BufferPool>, Arc<dyn BlockFile>, usize)> {
     let tree_options = entry.options();
-    let page = tree_options.page_size_bytes;
-    let block_size = tree_options.effective_block_size();
-    let geometry = if tree_options.compression == Compression::None {
-        Geometry::uncompressed(page)?
-    } else {
-        Geometry::new(page, block_size)?
-    };
-    let format = if geometry.is_uncompressed() {
-        PageFormat::Uncompressed
-    } else {
-        PageFormat::Compressed {
-            block_size_bytes: geometry.block_size_bytes(),
-        }
-    };
+    let geometry = tree_options.geometry()?;
     let path = dir.join(entry.file_name());
     let file = options.wrap_data_file(&path, barracuda_io::open(&path, io_options)?);
     // One sequential write and one sync per batch of pages, on the
@@ -311,9 +274,10 @@ fn open_pool(
         // this id before) must not be restored into it.
         doublewrite.set_len(0)?;
     }
+    // Batches (read-ahead, flushing) of the file layer's default ring depth.
     // A page write is one block (an uncompressed page's block is the page).
     let file_service = FileService::new(Arc::clone(&file))
-        .with_queue_depth(QUEUE_DEPTH)
+        .with_queue_depth(barracuda_pool::FILE_QUEUE_DEPTH_DEFAULT)
         .with_doublewrite(doublewrite, geometry.block_size_bytes())?;
     let restored = file_service.restore_torn_pages()?;
     if restored.restored > 0 {
@@ -334,15 +298,7 @@ fn open_pool(
         durable_lsn,
         clock: None,
     };
-    let config = PoolConfig::default()
-        .page_size_bytes(page)
-        .format(format)
-        // The whole budget: a record cache takes its part as it fills
-        // (`RecordCache::fill`, `BufferPool::lend_bytes`).
-        .buffer_pool_bytes(options.buffer_pool_bytes)
-        .eviction_policy(options.eviction_policy)
-        .huge_pages(options.huge_pages)
-        .os_cache_tier(options.os_cache_tier);
+    let config = options.pool_config(geometry);
     // Shared, so that read-ahead is installed on the pool's own thread.
     let pool = BufferPool::open_shared(config, services)?;
     Ok((pool, file, restored.restored))
@@ -360,7 +316,7 @@ impl DbInner {
         meta_known: bool,
     ) -> Result<Arc<TreeInner>> {
         if meta_known {
-            let config = self.tree_config(&entry);
+            let config = self.options.tree_config(&entry.options());
             let cleaner = self.cleaner.register(&pool);
             let store = Arc::new(PoolStore::open(pool, LsnMode::Logged)?);
             let tree = BTree::open(store, ROOT_PAGE_ID, config);
@@ -379,15 +335,6 @@ impl DbInner {
         self.format_tree(&mut state, entry, pool, file)
     }
 
-    fn tree_config(&self, entry: &TreeEntry) -> TreeConfig {
-        TreeConfig {
-            policy: entry.split_policy,
-            compressed: entry.compression != Compression::None,
-            read_ahead_pages: self.options.read_ahead_pages,
-            ..TreeConfig::default()
-        }
-    }
-
     /// Formats a new tree (the meta page and the root, logged as one group
     /// and made durable) under the write mutex.
     pub(super) fn format_tree(
@@ -397,7 +344,7 @@ impl DbInner {
         pool: Arc<BufferPool>,
         file: Arc<dyn BlockFile>,
     ) -> Result<Arc<TreeInner>> {
-        let config = self.tree_config(&entry);
+        let config = self.options.tree_config(&entry.options());
         let cleaner = self.cleaner.register(&pool);
         let id = entry.id;
         let mut op = OpContext::new();

@@ -68,6 +68,9 @@ pub const LOG_BYTES_MIN: u64 = 64 << 10;
 /// and far from the overflow of the LSN arithmetic.
 pub const LOG_BYTES_MAX: u64 = 1 << 40;
 
+/// Default budget: 128 MiB.
+pub const LOG_BYTES_DEFAULT: u64 = 128 << 20;
+
 /// Options of the write-ahead log.
 #[derive(Clone, Debug)]
 pub struct WalOptions {
@@ -78,7 +81,7 @@ pub struct WalOptions {
 impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
-            log_bytes: /* 128 MiB */ 128 << 20,
+            log_bytes: LOG_BYTES_DEFAULT,
             buffer_bytes_max: /* 4 MiB */ 4 << 20,
         }
     }

@@ -68,8 +68,8 @@ pub use fault::{CrashReport, FaultConfig, FaultErrno, FaultFile, FaultOp, FaultR
 pub use lock::{DirLock, LOCK_FILE_NAME};
 pub use memory::MemoryFile;
 pub use options::{
-    BUFFER_COUNT_MAX, BUFFER_SIZE_BYTES_MAX, Backend, FlushMethod, IO_THREADS_MAX, IoOptions,
-    QUEUE_DEPTH_MAX,
+    BUFFER_COUNT_MAX, BUFFER_SIZE_BYTES_MAX, Backend, FlushMethod, IO_THREADS_DEFAULT,
+    IO_THREADS_MAX, IoOptions, QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MAX,
 };
 pub use pread::PreadFile;
 pub use read_only::ReadOnlyFile;

@@ -4,6 +4,11 @@ use crate::error::IoError;
 
 /// InnoDB's range for `innodb_read_io_threads` and `innodb_write_io_threads`.
 pub const IO_THREADS_MAX: usize = 64;
+/// Default read and write I/O threads each: InnoDB's default for
+/// `innodb_read_io_threads` and `innodb_write_io_threads`.
+pub const IO_THREADS_DEFAULT: usize = 4;
+/// Default requests in flight per I/O thread (the entries of its ring).
+pub const QUEUE_DEPTH_DEFAULT: u32 = 32;
 /// Upper bound of a ring's queue depth: io_uring allows 32768 entries, but
 /// more than 4096 outstanding 16 KiB requests per thread is 64 MiB in flight,
 /// far past what any disk queue needs.
@@ -76,9 +81,9 @@ impl Default for IoOptions {
         IoOptions {
             backend: Backend::Auto,
             flush_method: FlushMethod::ODirect,
-            read_io_threads: 4,
-            write_io_threads: 4,
-            queue_depth: 32,
+            read_io_threads: IO_THREADS_DEFAULT,
+            write_io_threads: IO_THREADS_DEFAULT,
+            queue_depth: QUEUE_DEPTH_DEFAULT,
             sqpoll: false,
             direct_reads: true,
             buffer_count: 64,

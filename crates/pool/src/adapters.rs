@@ -295,7 +295,7 @@ pub const EXTEND_BYTES: u64 = 1 << 20;
 
 /// Batch size of a [`FileService`] unless told otherwise: `barracuda-io`'s
 /// default `queue_depth`, so one batch fills each ring once.
-pub const FILE_QUEUE_DEPTH_DEFAULT: usize = 32;
+pub const FILE_QUEUE_DEPTH_DEFAULT: usize = barracuda_io::QUEUE_DEPTH_DEFAULT as usize;
 
 impl FileService {
     /// Wraps an open file, batching [`FILE_QUEUE_DEPTH_DEFAULT`] requests.

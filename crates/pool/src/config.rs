@@ -8,6 +8,8 @@ use crate::error::{PoolError, Result};
 pub const PAGE_SIZE_BYTES_MIN: usize = 4 << 10;
 /// Largest logical page: 64 KiB, as the design allows 4..=64 KiB pages.
 pub const PAGE_SIZE_BYTES_MAX: usize = 64 << 10;
+/// Default logical page: 16 KiB, InnoDB's default page.
+pub const PAGE_SIZE_BYTES_DEFAULT: usize = 16 << 10;
 /// Smallest compressed block: 1 KiB, InnoDB's smallest `KEY_BLOCK_SIZE`.
 pub const BLOCK_SIZE_BYTES_MIN: usize = 1 << 10;
 /// The arena is aligned for `O_DIRECT`, which needs 4096-byte alignment on
@@ -22,6 +24,9 @@ pub const OLD_BLOCKS_TIME_MS_DEFAULT: u64 = 1000;
 
 const _: () = assert!(PAGE_SIZE_BYTES_MIN.is_power_of_two());
 const _: () = assert!(PAGE_SIZE_BYTES_MAX.is_power_of_two());
+const _: () = assert!(PAGE_SIZE_BYTES_DEFAULT.is_power_of_two());
+const _: () = assert!(PAGE_SIZE_BYTES_MIN <= PAGE_SIZE_BYTES_DEFAULT);
+const _: () = assert!(PAGE_SIZE_BYTES_DEFAULT <= PAGE_SIZE_BYTES_MAX);
 const _: () = assert!(PAGE_SIZE_BYTES_MIN.is_multiple_of(ARENA_ALIGNMENT_BYTES));
 
 /// How long a fix waits, by default, for other threads to release pinned
@@ -94,7 +99,7 @@ pub struct PoolConfig {
 impl Default for PoolConfig {
     fn default() -> Self {
         Self {
-            page_size_bytes: /* 16 KiB */ 16 << 10,
+            page_size_bytes: PAGE_SIZE_BYTES_DEFAULT,
             format: PageFormat::Compressed {
                 block_size_bytes: /* 8 KiB */ 8 << 10,
             },

@@ -80,8 +80,8 @@ pub use cache::{ManualClock, Services};
 pub use cleaner::{CleanerRegistration, FlusherHandle, PageCleaner};
 pub use config::{
     ARENA_ALIGNMENT_BYTES, BLOCK_SIZE_BYTES_MIN, EXHAUSTED_WAIT_MS_DEFAULT, EvictionPolicy,
-    OLD_BLOCKS_PCT_DEFAULT, OLD_BLOCKS_TIME_MS_DEFAULT, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN,
-    PageFormat, PoolConfig,
+    OLD_BLOCKS_PCT_DEFAULT, OLD_BLOCKS_TIME_MS_DEFAULT, PAGE_SIZE_BYTES_DEFAULT,
+    PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN, PageFormat, PoolConfig,
 };
 pub use counters::CodecCounters;
 pub use desc::LSN_PENDING;
