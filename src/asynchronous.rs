@@ -44,9 +44,10 @@ use barracuda_pool::PoolStatus;
 
 use crate::batch::WriteBatch;
 use crate::db::Db;
+use crate::db::KeyValue;
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options, TreeOptions};
-use crate::tree::{KeyValue, Tree};
+use crate::tree::Tree;
 
 /// How long [`AsyncDb::close`] sleeps between looks at operations whose
 /// futures were dropped but which still run on a blocking thread.

@@ -1,13 +1,14 @@
 //! Atomic writes across trees.
 
 use crate::db::DbInner;
+use crate::db::limits::{
+    BATCH_IMAGES_MORE, FREED_PAGE_LOG_BYTES, batch_ops_by_pool, batch_pinned_bytes, check_entry,
+    check_write, image_bytes, overflow_pages,
+};
 use crate::error::{Error, Result};
 use crate::options::Durability;
 use crate::records::RecordCache;
-use crate::tree::{
-    BATCH_IMAGES_MORE, FREED_PAGE_LOG_BYTES, Tree, batch_ops_by_pool, batch_pinned_bytes,
-    check_entry, check_write, image_bytes, overflow_pages,
-};
+use crate::tree::Tree;
 
 /// Batches of fewer operations do not read their leaves ahead: they are
 /// the sample that decides whether the rest are read ahead.

@@ -75,8 +75,9 @@ mod wal;
 // Opening a database and working with its trees.
 pub use batch::{ChunkedWriter, WriteBatch};
 pub use db::Db;
+pub use db::KeyValue;
 pub use error::{Error, Result};
-pub use tree::{KeyValue, Range, Tree};
+pub use tree::{Range, Tree};
 
 // Options and their values.
 pub use barracuda_btree::SplitPolicy;

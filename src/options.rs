@@ -10,7 +10,6 @@ use barracuda_io::{Backend, BlockFile, FlushMethod};
 use barracuda_pool::EvictionPolicy;
 use serde::{Deserialize, Serialize};
 
-use crate::db::Db;
 use crate::error::{Error, Result};
 
 mod layers;
@@ -179,7 +178,7 @@ impl std::fmt::Debug for FileWrapper {
     }
 }
 
-/// Options of a database, from [`Db::options`]; `open` creates or opens.
+/// Options of a database, from [`Db::options`](crate::Db::options); `open` creates or opens.
 #[derive(Clone, Debug)]
 pub struct Options {
     pub(crate) buffer_pool_bytes: usize,
@@ -434,7 +433,7 @@ impl Options {
         self
     }
 
-    /// Options of trees created by [`Db::tree`] without options.
+    /// Options of trees created by [`Db::tree`](crate::Db::tree) without options.
     #[must_use]
     pub fn default_tree_options(mut self, options: TreeOptions) -> Self {
         self.default_tree = options;
@@ -497,29 +496,6 @@ impl Options {
         } else {
             file
         }
-    }
-
-    /// Opens the database in `dir`, creating the directory and the database
-    /// if needed, and recovers from a crash if there was one.
-    pub fn open(self, dir: impl AsRef<Path>) -> Result<Db> {
-        let dir = dir.as_ref();
-        if !self.read_only {
-            return Db::open_with(dir, self);
-        }
-        Db::open_with(dir, self).map_err(|error| {
-            // A file refused a write during the open: recovery had work to
-            // do (a torn page to restore, a log tail to repair).
-            if refused_write(&error) {
-                Error::ReadOnly {
-                    path: dir.to_path_buf(),
-                    reason: format!(
-                        "it needs recovery, which writes ({error}); open it read-write once"
-                    ),
-                }
-            } else {
-                error
-            }
-        })
     }
 
     pub(crate) fn is_read_only(&self) -> bool {
@@ -601,10 +577,4 @@ impl Options {
         }
         Ok(())
     }
-}
-
-/// Whether `error` is a read-only file's refusal (the file layer's refusal
-/// is classified as [`Error::ReadOnly`] wherever it happened).
-fn refused_write(error: &Error) -> bool {
-    matches!(error, Error::ReadOnly { .. })
 }

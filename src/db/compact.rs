@@ -32,12 +32,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::KeyValue;
+use super::limits::{BATCH_IMAGES_MORE, batch_ops_by_pool, image_bytes, worst_case_log_bytes};
 use super::{DbInner, TreeInner, TreeSlot, WriteState};
 use crate::catalog::{Catalog, TreeEntry};
 use crate::error::{Error, Result};
-use crate::tree::{
-    BATCH_IMAGES_MORE, KeyValue, batch_ops_by_pool, image_bytes, worst_case_log_bytes,
-};
 
 /// The most entries one copy batch holds: the write batches an application
 /// would use (a few hundred operations fill a log group of 8 KiB images),

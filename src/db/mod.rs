@@ -80,17 +80,20 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::catalog::{Catalog, TreeEntry, directory_error};
 use crate::error::{Error, Result};
-use crate::options::{Durability, Options, TreeOptions};
+use crate::options::{Durability, Options};
 use crate::records::{RecordCache, WriteEpoch};
-use crate::tree::Tree;
 use crate::wal::{CONTROL_FILE_NAME, Wal};
 pub use compact::{CompactStats, CompactStep};
 use files::Inventory;
 use write::WriteState;
 
+/// A key and its value, owned.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
 mod checkpoint;
 mod compact;
 mod files;
+pub(crate) mod limits;
 mod open;
 mod recover;
 mod shutdown;
@@ -276,9 +279,9 @@ pub struct RecoveryStats {
 
 /// An embedded key-value store: named B+trees over compressed pages. See the
 /// module documentation for how it keeps data safe. `Send + Sync`: share it
-/// (or its [`Tree`] handles) between threads.
+/// (or its [`Tree`](crate::Tree) handles) between threads.
 pub struct Db {
-    inner: Arc<DbInner>,
+    pub(crate) inner: Arc<DbInner>,
 }
 
 impl std::fmt::Debug for Db {
@@ -297,32 +300,6 @@ impl Db {
     /// Opens `dir` with default options.
     pub fn open(dir: impl AsRef<Path>) -> Result<Db> {
         Options::default().open(dir)
-    }
-
-    /// The tree named `name`, created with the default tree options if it
-    /// does not exist.
-    pub fn tree(&self, name: &str) -> Result<Tree> {
-        if let Some(tree) = self.inner.find_tree(name) {
-            return Ok(Tree::new(Arc::clone(&self.inner), tree));
-        }
-        let options = self.inner.options.default_tree.clone();
-        self.create_tree(name, options)
-    }
-
-    /// The tree named `name`, created with `options` if it does not exist.
-    /// An existing tree with different options is an error.
-    pub fn create_tree(&self, name: &str, options: TreeOptions) -> Result<Tree> {
-        self.inner.check_writable()?;
-        let tree = self.inner.create_tree(name, options)?;
-        Ok(Tree::new(Arc::clone(&self.inner), tree))
-    }
-
-    /// The tree named `name`, which must exist.
-    pub fn open_tree(&self, name: &str) -> Result<Tree> {
-        match self.inner.find_tree(name) {
-            Some(tree) => Ok(Tree::new(Arc::clone(&self.inner), tree)),
-            None => Err(Error::TreeNotFound { name: name.into() }),
-        }
     }
 
     /// The names of all trees, in creation order.
@@ -384,7 +361,7 @@ impl Db {
 
     /// Rewrites the tree `name` into full pages and gives the space back:
     /// reads it in key order (streaming, never more than one batch in
-    /// memory) into a new tree with the same [`TreeOptions`], in a new
+    /// memory) into a new tree with the same [`TreeOptions`](crate::TreeOptions), in a new
     /// file, then swaps the new tree in and deletes the old file. After
     /// random inserts leaves are about 70% full, after deleting half the
     /// keys often under 50%, and freed pages never leave the file; the
@@ -392,7 +369,7 @@ impl Db {
     /// stream) and the file holds no free pages.
     ///
     /// Writers to any tree wait until it ends (it holds the write mutex);
-    /// readers keep reading the old tree until the swap. Existing [`Tree`]
+    /// readers keep reading the old tree until the swap. Existing [`Tree`](crate::Tree)
     /// handles and open iterators keep working and see the new tree after
     /// the swap. A crash at any moment reopens to the old tree or the new
     /// one, each complete (see `docs/design.md`, "Compaction"); files of
@@ -548,7 +525,7 @@ impl DbInner {
     }
 
     /// Open, and not read-only ([`crate::Options::read_only`]).
-    fn check_writable(&self) -> Result<()> {
+    pub(crate) fn check_writable(&self) -> Result<()> {
         self.check_open()?;
         if self.options.is_read_only() {
             return Err(Error::ReadOnly {
@@ -567,7 +544,7 @@ impl DbInner {
         }
     }
 
-    fn find_tree(&self, name: &str) -> Option<Arc<TreeSlot>> {
+    pub(crate) fn find_tree(&self, name: &str) -> Option<Arc<TreeSlot>> {
         self.trees.read().iter().find(|t| t.name == name).cloned()
     }
 }
@@ -576,7 +553,6 @@ impl DbInner {
 const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Db>();
-    assert_send_sync::<Tree>();
 };
 
 #[cfg(test)]

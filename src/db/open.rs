@@ -414,7 +414,7 @@ impl DbInner {
         Ok(())
     }
 
-    pub(super) fn create_tree(&self, name: &str, options: TreeOptions) -> Result<Arc<TreeSlot>> {
+    pub(crate) fn create_tree(&self, name: &str, options: TreeOptions) -> Result<Arc<TreeSlot>> {
         let mut catalog = self.catalog.lock();
         if let Some(existing) = self.find_tree(name) {
             let have = existing.load().entry.options();
@@ -465,4 +465,36 @@ impl DbInner {
         self.trees.write().push(Arc::clone(&tree));
         Ok(tree)
     }
+}
+
+/// Options open a database: the builder ends where the database starts.
+impl Options {
+    /// Opens the database in `dir`, creating the directory and the database
+    /// if needed, and recovers from a crash if there was one.
+    pub fn open(self, dir: impl AsRef<Path>) -> Result<Db> {
+        let dir = dir.as_ref();
+        if !self.read_only {
+            return Db::open_with(dir, self);
+        }
+        Db::open_with(dir, self).map_err(|error| {
+            // A file refused a write during the open: recovery had work to
+            // do (a torn page to restore, a log tail to repair).
+            if refused_write(&error) {
+                Error::ReadOnly {
+                    path: dir.to_path_buf(),
+                    reason: format!(
+                        "it needs recovery, which writes ({error}); open it read-write once"
+                    ),
+                }
+            } else {
+                error
+            }
+        })
+    }
+}
+
+/// Whether `error` is a read-only file's refusal (the file layer's refusal
+/// is classified as [`Error::ReadOnly`] wherever it happened).
+fn refused_write(error: &Error) -> bool {
+    matches!(error, Error::ReadOnly { .. })
 }

@@ -4,8 +4,7 @@ use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
-use super::shard::{FLAG_LIVE, HEADER_BYTES, key_at, record_at};
-use super::{RecordCache, key_hash};
+use super::RecordCache;
 
 /// Counters of a tree's record cache.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -88,7 +87,10 @@ impl RecordCache {
     /// Checks every shard: walking its ring from the tail reaches the head
     /// over `used` bytes; every live record is indexed under its key's hash
     /// and every index entry names a live record. Panics otherwise.
+    #[cfg(any(test, feature = "testing"))]
     pub fn check_invariants(&self) {
+        use super::key_hash;
+        use super::shard::{FLAG_LIVE, HEADER_BYTES, key_at, record_at};
         for shard in self.shards.iter() {
             let shard = shard.lock();
             let ring = &shard.ring;

@@ -52,9 +52,9 @@ pub use record::{
 };
 #[cfg(test)]
 use segment::MemLogDir;
-pub use segment::{
-    CONTROL_FILE_NAME, FileWrap, FsLogDir, LogDir, parse_segment_file_name, segment_file_name,
-};
+#[cfg(any(test, feature = "testing"))]
+pub use segment::segment_file_name;
+pub use segment::{CONTROL_FILE_NAME, FileWrap, FsLogDir, LogDir, parse_segment_file_name};
 
 use crate::error::{Error, Result};
 use reader::{LogSource, Reader, Replayed};

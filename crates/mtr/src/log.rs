@@ -1,20 +1,11 @@
 //! A change's redo records: built from its operations, appended by the
 //! owner, stamped on its pages.
 
-use std::collections::HashSet;
-use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
+use crate::store::{PageIdSet, PoolStore, pool_error};
 use barracuda_btree::{LogicalKind, OpContext, Result};
 use barracuda_codec::{Lsn, PageId};
-use barracuda_pool::PageIdHasher;
-use parking_lot::Mutex;
-
-use crate::store::{PoolStore, pool_error};
-
-/// A set of page ids, hashed by one multiplication (page ids need no
-/// flood-resistant hash, and SipHash showed in profiles of the write path).
-type PageIdSet = HashSet<PageId, BuildHasherDefault<PageIdHasher>>;
 
 /// Where a change's redo records go: the log group being built. Page ids
 /// are the tree's own; `tree_id` names the tree ([`MtrTree::tree_id`]).
@@ -37,11 +28,6 @@ pub trait MtrTree {
     /// The tree's id in the log.
     fn tree_id(&self) -> u16;
 }
-
-/// The pages of a store imaged in the log since the last checkpoint and
-/// still unwritten: a later change to one logs patches, not another image.
-#[derive(Default)]
-pub(crate) struct Imaged(Mutex<PageIdSet>);
 
 impl PoolStore {
     /// Writes the redo records of `op` into `sink`: an image of each page

@@ -40,16 +40,29 @@
 //! - Latch order: tree pages, then the meta page, then a free page. Nothing
 //!   holds the meta page while waiting for a tree page.
 
-use crate::log::Imaged;
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use barracuda_btree::recipe::{self, Recipe};
 use barracuda_btree::store::diff_runs;
 use barracuda_btree::{Error, Fit, LogicalKind, OpContext, PageStore, PageWrite, Result};
 use barracuda_codec::{Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
-use barracuda_pool::{Access, BufferPool, CommitOutcome, DurableLsn, ExclusiveGuard, SharedGuard};
+use barracuda_pool::{
+    Access, BufferPool, CommitOutcome, DurableLsn, ExclusiveGuard, PageIdHasher, SharedGuard,
+};
 use parking_lot::Mutex;
-use std::ops::Deref;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A set of page ids, hashed by one multiplication (page ids need no
+/// flood-resistant hash, and SipHash showed in profiles of the write path).
+pub(crate) type PageIdSet = HashSet<PageId, BuildHasherDefault<PageIdHasher>>;
+
+/// The pages of a store imaged in the log since the last checkpoint and
+/// still unwritten: a later change to one logs patches, not another image.
+#[derive(Default)]
+pub(crate) struct Imaged(pub(crate) Mutex<PageIdSet>);
 
 /// The stand-in log's LSN counter, shared by the store (which hands out LSNs)
 /// and the pool's [`DurableLsn`] provider (which reports them all durable).
@@ -220,7 +233,7 @@ pub struct PoolStore {
     next_page_id: AtomicU64,
     /// Operations finished by the tree itself, in [`LsnMode::Logged`].
     finished: Mutex<Vec<OpContext>>,
-    /// Pages imaged in the log and not written since (see `log.rs`).
+    /// Pages imaged in the log and not written since (written by the change that imaged them; see `log.rs`).
     imaged: Imaged,
 }
 

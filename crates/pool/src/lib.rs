@@ -56,7 +56,6 @@ mod cleaner;
 mod config;
 mod counters;
 mod desc;
-mod doublewrite;
 mod error;
 mod flush;
 mod guard;
@@ -72,6 +71,7 @@ mod table;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use adapters::doublewrite::{DOUBLEWRITE_SLOTS, RestoreReport};
 pub use adapters::{CodecService, EXTEND_BYTES, FILE_QUEUE_DEPTH_DEFAULT, FileService};
 pub use backend::{
     AppendOutcome, CompressOutcome, DurableLsn, PageCodec, PageFile, UNIT_ALIGNMENT_BYTES_DEFAULT,
@@ -85,7 +85,6 @@ pub use config::{
 };
 pub use counters::CodecCounters;
 pub use desc::LSN_PENDING;
-pub use doublewrite::{DOUBLEWRITE_SLOTS, RestoreReport};
 pub use error::{PoolError, Result};
 pub use guard::{CommitOutcome, ExclusiveGuard, SharedGuard};
 pub use policy::{

@@ -1,6 +1,9 @@
 //! The pool's services implemented by the real layers: [`CodecService`]
 //! over `barracuda-codec`'s `BlockCodec`, and [`FileService`] over any
-//! `barracuda-io` `BlockFile`.
+//! `barracuda-io` `BlockFile`, whose page writes go through its doublewrite
+//! area ([`doublewrite`]).
+
+pub(crate) mod doublewrite;
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -15,8 +18,8 @@ use parking_lot::Mutex;
 
 use crate::backend::{AppendOutcome, CompressOutcome, PageCodec, PageFile};
 use crate::counters::CodecCounters;
-use crate::doublewrite::Doublewrite;
 use crate::error::{PoolError, Result};
+use doublewrite::Doublewrite;
 
 /// `barracuda-codec` as the pool's codec. A `BlockCodec` is a per-thread
 /// context (library state and scratch buffer); this keeps a stack of them

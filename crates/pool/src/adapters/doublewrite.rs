@@ -30,7 +30,7 @@ use barracuda_codec::{Lsn, PageId};
 use barracuda_io::{AlignedBuf, BlockFile, IoError, IoRequest};
 use parking_lot::Mutex;
 
-use crate::adapters::FileService;
+use super::FileService;
 use crate::backend::PageFile;
 use crate::error::{PoolError, Result};
 
