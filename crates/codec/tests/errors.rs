@@ -474,8 +474,15 @@ fn invalid_level_geometry_and_config() {
         ),
         "{err}"
     );
-    let err = Geometry::new(4096, BlockSize::Kib8).unwrap_err();
+    // The base crate checks geometries; the codec passes its error on with
+    // the same message.
+    let err = CodecError::from(Geometry::new(4096, BlockSize::Kib8).unwrap_err());
     assert!(matches!(err, CodecError::InvalidGeometry { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "invalid geometry: page 4096 bytes, block 8192 bytes: \
+         a compressed block may not be larger than its page"
+    );
     let err = BlockCodec::new(Codec::None, geometry).unwrap_err();
     assert!(
         matches!(err, CodecError::InvalidConfig { codec: "none", .. }),
