@@ -4,8 +4,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use barracuda_base::BlockSize;
 use barracuda_btree::SplitPolicy;
-use barracuda_codec::{BlockSize, Codec};
+use barracuda_codec::Codec;
 use barracuda_io::{Backend, BlockFile, FlushMethod};
 use barracuda_pool::EvictionPolicy;
 use serde::{Deserialize, Serialize};
@@ -137,9 +138,9 @@ impl TreeOptions {
     pub(crate) fn validate(&self) -> Result<()> {
         self.compression.codec().validate()?;
         if self.compression == Compression::None {
-            barracuda_codec::Geometry::uncompressed(self.page_size_bytes)?;
+            barracuda_base::Geometry::uncompressed(self.page_size_bytes)?;
         } else {
-            barracuda_codec::Geometry::new(self.page_size_bytes, self.block_size)?;
+            barracuda_base::Geometry::new(self.page_size_bytes, self.block_size)?;
         }
         Ok(())
     }

@@ -15,9 +15,10 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use barracuda::{Compression, Error, TreeOptions, WriteBatch};
+use barracuda_base::Geometry;
 use barracuda_btree::{Fit, PoolStore};
 use barracuda_btree::{LsnCounter, LsnMode, META_PAGE_ID, OpContext, PageStore, PageWrite};
-use barracuda_codec::{Codec, Geometry, PAGE_HEADER_RESERVED_BYTES};
+use barracuda_codec::{Codec, PAGE_HEADER_RESERVED_BYTES};
 use barracuda_pool::{BufferPool, CodecService, FileService, PageFormat, PoolConfig, Services};
 use common::{key, small, tempdir, two_trees};
 use rand::rngs::SmallRng;

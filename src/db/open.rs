@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use barracuda_base::{Geometry, PageId};
 use barracuda_btree::{BTree, LsnMode, OpContext, PageStore, PoolStore, TreeConfig};
-use barracuda_codec::{Geometry, PageId};
 use barracuda_io::{BlockFile, DirLock, IoOptions, IoThreads};
 use barracuda_pool::{
     BufferPool, CodecService, DurableLsn, FileService, PageCleaner, PageFormat, PoolConfig,

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use barracuda_codec::{Lsn, PageId};
+use barracuda_base::{Lsn, PageId};
 use barracuda_io::BlockFile;
 use barracuda_pool::{BufferPool, CommitOutcome};
 
@@ -187,7 +187,8 @@ fn replay_change(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use barracuda_codec::{BlockSize, Codec, Geometry, PAGE_HEADER_RESERVED_BYTES};
+    use barracuda_base::{BlockSize, Geometry};
+    use barracuda_codec::{Codec, PAGE_HEADER_RESERVED_BYTES};
     use barracuda_pool::{CodecService, FileService, PageFormat, Services};
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};

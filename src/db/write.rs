@@ -7,8 +7,8 @@ use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use barracuda_base::{Lsn, PageId};
 use barracuda_btree::OpContext;
-use barracuda_codec::{Lsn, PageId};
 use barracuda_pool::PageIdHasher;
 
 use super::{DbInner, TreeInner, logged_page_id};

@@ -42,7 +42,8 @@
 
 use crate::error::{Error, Result};
 use crate::store::{Fit, LogicalKind, OpContext, PageStore, PageWrite};
-use barracuda_codec::{Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
+use barracuda_base::{Lsn, PageId};
+use barracuda_codec::PAGE_HEADER_RESERVED_BYTES;
 use barracuda_pool::{Access, BufferPool, CommitOutcome, DurableLsn, ExclusiveGuard, SharedGuard};
 use parking_lot::Mutex;
 use std::ops::Deref;

@@ -31,9 +31,8 @@
 //! guard never blocks on anything but its own page's latch.
 
 use crate::error::{Error, Result};
-use barracuda_codec::{
-    BlockCodec, Codec, CompressOutcome, Geometry, Lsn, PageId, PatchOutcome, append_patch,
-};
+use barracuda_base::{Geometry, Lsn, PageId};
+use barracuda_codec::{BlockCodec, Codec, CompressOutcome, PatchOutcome, append_patch};
 use parking_lot::{Mutex, RawRwLock, RwLock};
 use std::ops::{Deref, Range};
 use std::sync::Arc;
@@ -119,7 +118,7 @@ pub struct OpContext {
     /// Pages this operation freed.
     pub freed: Vec<PageId>,
     /// Entries its inserts added (deletes: removed) that the store's kept
-    /// count does not have yet: [`crate::Tree::settle_entry_count`] adds
+    /// count does not have yet: [`crate::BTree::settle_entry_count`] adds
     /// them in one change of the meta page, so a batch of inserts logs one
     /// count instead of one per insert.
     pub entry_delta: i64,
@@ -512,7 +511,7 @@ pub trait PageStore: Send + Sync {
 
     /// The number of entries (keys) of the store's tree, as the store keeps
     /// it, or `None` if it keeps none (a file written before counts were
-    /// kept, until [`crate::Tree::recount_in`] stores one).
+    /// kept, until [`crate::BTree::recount_in`] stores one).
     ///
     /// One store holds one tree. No default: a store that wraps another
     /// must forward the count, or the tree's length would silently be lost.
@@ -1003,7 +1002,7 @@ impl<F: FitCheck> PageStore for MemStore<F> {
 #[cfg(test)]
 mod tests {
     use super::{LogicalKind, OpContext, diff_runs};
-    use barracuda_codec::PageId;
+    use barracuda_base::PageId;
     use proptest::prelude::*;
 
     fn patches_of(op: &OpContext, i: usize) -> Vec<(u32, Vec<u8>)> {

@@ -10,9 +10,10 @@
 mod common;
 mod pool_common;
 
+use barracuda_base::{BlockSize, Geometry};
 use barracuda_btree::store::CodecBlocks;
 use barracuda_btree::{BTree, Error, MemStore, PageStore, SplitPolicy, TreeConfig};
-use barracuda_codec::{BlockSize, Codec, Geometry};
+use barracuda_codec::Codec;
 use barracuda_pool::EvictionPolicy;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -63,10 +63,6 @@ mod format;
 pub mod sample;
 mod stats;
 
-pub use barracuda_base::{
-    BLOCK_HEADER_BYTES, BLOCK_SIZE_BYTES_MIN, BlockSize, COMPRESSED_BLOCK_SIZE_BYTES_MAX, Geometry,
-    Lsn, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN, PageId,
-};
 pub use block_codec::{
     BlockCodec, CompressOutcome, LOG_RESERVE_BYTES_MIN, LOG_RESERVE_FRACTION, is_packed,
     log_reserve_bytes,

@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
+use barracuda_base::{BLOCK_HEADER_BYTES, BlockSize, Geometry, Lsn, PageId};
 use barracuda_codec::{
-    BLOCK_HEADER_BYTES, BlockCodec, BlockSize, Codec, CodecError, CompressOutcome, Geometry, Lsn,
-    PAGE_HEADER_RESERVED_BYTES, PageId, PatchOutcome, append_patch, block_checksum, read_header,
-    sample, seal, verify,
+    BlockCodec, Codec, CodecError, CompressOutcome, PAGE_HEADER_RESERVED_BYTES, PatchOutcome,
+    append_patch, block_checksum, read_header, sample, seal, verify,
 };
 
 const PAGE_ID: PageId = PageId(42);
