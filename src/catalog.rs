@@ -20,8 +20,8 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use barracuda_base::BlockSize;
 use barracuda_btree::SplitPolicy;
-use barracuda_codec::BlockSize;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};

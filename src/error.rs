@@ -7,7 +7,8 @@
 
 use std::path::PathBuf;
 
-use barracuda_codec::{CodecError, Lsn};
+use barracuda_base::{BaseError, Lsn};
+use barracuda_codec::CodecError;
 use barracuda_io::IoError;
 use barracuda_pool::PoolError;
 
@@ -277,6 +278,17 @@ impl From<IoError> for Error {
 }
 
 #[doc(hidden)]
+impl From<BaseError> for Error {
+    fn from(error: BaseError) -> Error {
+        // Every base error is a value that fails validation, such as a page
+        // size and block size from the options that no geometry supports.
+        Error::InvalidOptions {
+            reason: error.to_string(),
+        }
+    }
+}
+
+#[doc(hidden)]
 impl From<CodecError> for Error {
     fn from(error: CodecError) -> Error {
         let message = error.to_string();
@@ -342,6 +354,30 @@ impl From<barracuda_btree::Error> for Error {
             | TreeError::Invariant { .. }
             | TreeError::Codec { .. } => Error::Corrupted { message },
             _ => Error::Internal { message },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use barracuda_base::{BlockSize, Geometry};
+
+    use super::*;
+
+    #[test]
+    fn an_invalid_geometry_is_an_options_error_with_the_base_message() {
+        let expected = "invalid geometry: page 1000 bytes, block 1024 bytes: \
+                        the page size must be a power of two";
+        let base = Geometry::new(1000, BlockSize::Kib1).unwrap_err();
+        // Directly, and passed on by the codec: the same class and text.
+        for error in [
+            Error::from(base.clone()),
+            Error::from(CodecError::from(base)),
+        ] {
+            assert!(
+                matches!(&error, Error::InvalidOptions { reason } if reason == expected),
+                "{error}"
+            );
         }
     }
 }

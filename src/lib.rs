@@ -80,8 +80,8 @@ pub use error::{Error, Result};
 pub use tree::{Range, Tree};
 
 // Options and their values.
+pub use barracuda_base::BlockSize;
 pub use barracuda_btree::SplitPolicy;
-pub use barracuda_codec::BlockSize;
 pub use barracuda_io::{Backend, FlushMethod};
 pub use barracuda_pool::EvictionPolicy;
 pub use options::{Compression, Durability, IO_QUEUE_DEPTH_DEFAULT, Options, TreeOptions};

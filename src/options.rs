@@ -4,8 +4,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use barracuda_base::BlockSize;
 use barracuda_btree::SplitPolicy;
-use barracuda_codec::{BlockSize, Codec};
+use barracuda_codec::Codec;
 use barracuda_io::{Backend, BlockFile, FlushMethod};
 use barracuda_pool::EvictionPolicy;
 use serde::{Deserialize, Serialize};

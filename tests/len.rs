@@ -15,8 +15,9 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use barracuda::{Compression, Error, TreeOptions, WriteBatch};
+use barracuda_base::Geometry;
 use barracuda_btree::{Fit, OpContext, PageStore, PageWrite};
-use barracuda_codec::{Codec, Geometry, PAGE_HEADER_RESERVED_BYTES};
+use barracuda_codec::{Codec, PAGE_HEADER_RESERVED_BYTES};
 use barracuda_mtr::{LsnCounter, LsnMode, META_PAGE_ID, PoolStore};
 use barracuda_pool::{BufferPool, CodecService, FileService, PageFormat, PoolConfig, Services};
 use common::{key, small, tempdir, two_trees};

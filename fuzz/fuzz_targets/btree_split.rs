@@ -9,7 +9,8 @@
 use arbitrary::Arbitrary;
 use barracuda_btree::store::CodecBlocks;
 use barracuda_btree::{Error, KEY_BYTES_MAX, MemStore, PageStore, SplitPolicy, BTree, TreeConfig};
-use barracuda_codec::{BlockSize, Codec, Geometry};
+use barracuda_base::{BlockSize, Geometry};
+use barracuda_codec::Codec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

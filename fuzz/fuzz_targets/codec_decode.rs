@@ -10,10 +10,8 @@
 
 use std::cell::RefCell;
 
-use barracuda_codec::{
-    BLOCK_MAGIC, BlockCodec, BlockSize, Codec, FORMAT_VERSION, Geometry, Lsn, PAGE_SIZE_BYTES_MAX,
-    PageId, append_patch, block_checksum, check_invariants, log_entries, read_header, seal, verify,
-};
+use barracuda_base::{BlockSize, Geometry, Lsn, PAGE_SIZE_BYTES_MAX, PageId};
+use barracuda_codec::{BLOCK_MAGIC, BlockCodec, Codec, FORMAT_VERSION, append_patch, block_checksum, check_invariants, log_entries, read_header, seal, verify};
 
 /// Block sizes the fixed-up mode produces (the format's 1 KiB .. 64 KiB).
 const BLOCK_SIZES_BYTES: [usize; 7] = [

@@ -9,10 +9,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use arbitrary::Arbitrary;
-use barracuda_codec::{
-    BlockCodec, BlockSize, Codec, CompressOutcome, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES,
-    PageId, PatchOutcome, append_patch, check_invariants, is_packed, sample, seal, verify,
-};
+use barracuda_base::{BlockSize, Geometry, Lsn, PageId};
+use barracuda_codec::{BlockCodec, Codec, CompressOutcome, PAGE_HEADER_RESERVED_BYTES, PatchOutcome, append_patch, check_invariants, is_packed, sample, seal, verify};
 
 /// Patches per input: enough to fill the log of a 16 KiB block several times.
 const PATCH_COUNT_MAX: usize = 64;

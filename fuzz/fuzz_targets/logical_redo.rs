@@ -11,7 +11,7 @@
 use arbitrary::Arbitrary;
 use barracuda_btree::page::{self, HeapOrder, Layout, RecBuf, RecRef};
 use barracuda_btree::recipe;
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 use libfuzzer_sys::fuzz_target;
 
 const PAGE: usize = 16 << 10;

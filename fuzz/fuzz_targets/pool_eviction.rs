@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arbitrary::Arbitrary;
-use barracuda_codec::{Lsn, PageId};
+use barracuda_base::{Lsn, PageId};
 use barracuda_pool::testing::{HEADER_BYTES, MemoryFile, SimpleCodec};
 use barracuda_pool::{
     BufferPool, CommitOutcome, EvictionPolicy, ManualClock, PageFile, PageFormat, PoolConfig,

@@ -5,7 +5,7 @@ use std::sync::Weak;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use barracuda_codec::Lsn;
+use barracuda_base::Lsn;
 
 use super::files::{self, FileStamps};
 use super::{DbInner, TreeInner};

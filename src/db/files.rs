@@ -23,7 +23,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use barracuda_codec::{Geometry, Lsn};
+use barracuda_base::{Geometry, Lsn};
 use barracuda_io::BlockFile;
 
 use crate::catalog::{CATALOG_FILE_NAME, Catalog, TreeEntry, directory_error};

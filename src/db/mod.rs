@@ -71,8 +71,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
+use barracuda_base::{Lsn, PageId};
 use barracuda_btree::BTree;
-use barracuda_codec::{Lsn, PageId};
 use barracuda_io::{BlockFile, DirLock, IoOptions};
 use barracuda_mtr::PoolStore;
 use barracuda_pool::{BufferPool, CleanerRegistration, DurableLsn, PageCleaner};

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use barracuda_base::PageId;
 use barracuda_btree::{BTree, OpContext, PageStore};
-use barracuda_codec::PageId;
 use barracuda_io::{BlockFile, DirLock, IoOptions, IoThreads};
 use barracuda_mtr::{LsnMode, META_PAGE_ID, PoolStore, Redo};
 use barracuda_pool::{BufferPool, CodecService, DurableLsn, FileService, PageCleaner, Services};

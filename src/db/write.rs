@@ -4,8 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
+use barracuda_base::{Lsn, PageId};
 use barracuda_btree::LogicalKind;
-use barracuda_codec::{Lsn, PageId};
 use barracuda_mtr::{Mtr, MtrTree, PoolStore, RedoSink};
 
 use super::{DbInner, TreeInner, logged_page_id};

@@ -7,8 +7,8 @@
 //! user's option sets, and what the facade decides on its own, reads in
 //! one place.
 
+use barracuda_base::Geometry;
 use barracuda_btree::TreeConfig;
-use barracuda_codec::Geometry;
 use barracuda_io::{Backend, IoOptions};
 use barracuda_pool::{PageFormat, PoolConfig};
 

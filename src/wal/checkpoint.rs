@@ -34,7 +34,7 @@
 //! this build does not read; from version 7 it is in segment files
 //! (`segment.rs`).
 
-use barracuda_codec::Lsn;
+use barracuda_base::Lsn;
 
 use crate::error::{Error, Result};
 

@@ -41,7 +41,7 @@ mod segment;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use barracuda_codec::Lsn;
+use barracuda_base::Lsn;
 use barracuda_io::{AlignedBuf, BlockFile};
 use parking_lot::{Condvar, Mutex};
 use serde::Serialize;

@@ -1,7 +1,7 @@
 //! Recovery's reader: replays redo groups from an LSN until the end of the
 //! log, over a [`LogSource`] (the log's segment files).
 
-use barracuda_codec::Lsn;
+use barracuda_base::Lsn;
 
 use super::record::{self, GROUP_HEADER_BYTES, GroupHeader, GroupKind, LoggedGroup};
 use crate::error::{Error, Result};

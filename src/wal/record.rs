@@ -68,8 +68,8 @@
 
 use std::borrow::Cow;
 
+use barracuda_base::{Lsn, PageId};
 use barracuda_btree::LogicalKind;
-use barracuda_codec::{Lsn, PageId};
 
 use crate::error::{Error, Result};
 

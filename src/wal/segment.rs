@@ -138,7 +138,7 @@ impl LogDir for FsLogDir {
         let path = self.dir.join(segment_file_name(first_lsn));
         if !create && !path.is_file() {
             return Err(Error::LogCorrupted {
-                lsn: barracuda_codec::Lsn(first_lsn),
+                lsn: barracuda_base::Lsn(first_lsn),
                 reason: "a log segment is missing",
             });
         }
@@ -222,7 +222,7 @@ impl MemLogDir {
                 }
                 None => {
                     return Err(Error::LogCorrupted {
-                        lsn: barracuda_codec::Lsn(0),
+                        lsn: barracuda_base::Lsn(0),
                         reason: "a log segment is missing",
                     });
                 }

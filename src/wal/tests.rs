@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use barracuda_codec::{Lsn, PageId};
+use barracuda_base::{Lsn, PageId};
 use barracuda_io::{
     BlockFile, CompletionSender, FaultConfig, FaultFile, IoError, IoRequest, MemoryFile,
 };

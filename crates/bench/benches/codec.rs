@@ -9,10 +9,8 @@
 
 use std::hint::black_box;
 
-use barracuda_codec::{
-    BLOCK_HEADER_BYTES, BlockCodec, BlockSize, Codec, CompressOutcome, Geometry, Lsn, PageId,
-    read_header, sample,
-};
+use barracuda_base::{BLOCK_HEADER_BYTES, BlockSize, Geometry, Lsn, PageId};
+use barracuda_codec::{BlockCodec, Codec, CompressOutcome, read_header, sample};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 

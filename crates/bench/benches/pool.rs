@@ -19,9 +19,8 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use barracuda_codec::{
-    BlockCodec, BlockSize, Codec, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId, sample,
-};
+use barracuda_base::{BlockSize, Geometry, Lsn, PageId};
+use barracuda_codec::{BlockCodec, Codec, PAGE_HEADER_RESERVED_BYTES, sample};
 use barracuda_io::{BlockFile, IoOptions};
 use barracuda_pool::{BufferPool, CodecService, FileService, PageFormat, PoolConfig, Services};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};

@@ -13,10 +13,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use barracuda_codec::{
-    BlockCodec, BlockSize, COMPRESSED_BLOCK_SIZE_BYTES_MAX, Codec, CompressOutcome, Geometry, Lsn,
-    PageId, sample,
-};
+use barracuda_base::{BlockSize, COMPRESSED_BLOCK_SIZE_BYTES_MAX, Geometry, Lsn, PageId};
+use barracuda_codec::{BlockCodec, Codec, CompressOutcome, sample};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -249,7 +247,7 @@ fn image_bytes(outcome: CompressOutcome, geometry: Geometry) -> usize {
         CompressOutcome::Fits { compressed_len } => compressed_len,
         CompressOutcome::DoesNotFit { needed_bytes } => {
             let reserve_bytes = barracuda_codec::log_reserve_bytes(geometry.block_size_bytes());
-            needed_bytes - barracuda_codec::BLOCK_HEADER_BYTES - reserve_bytes
+            needed_bytes - barracuda_base::BLOCK_HEADER_BYTES - reserve_bytes
         }
     }
 }

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use barracuda_codec::{BlockSize, Codec, Geometry, sample::TextGenerator};
+use barracuda_base::{BlockSize, Geometry};
+use barracuda_codec::{Codec, sample::TextGenerator};
 use barracuda_io::FlushMethod;
 use barracuda_pool::{EvictionPolicy, PoolStatus};
 use indicatif::{ProgressBar, ProgressStyle};

@@ -12,7 +12,8 @@
 //! the 16 KiB configuration's capacity.
 
 use anyhow::Context;
-use barracuda_codec::{BlockSize, Codec, sample::TextGenerator};
+use barracuda_base::BlockSize;
+use barracuda_codec::{Codec, sample::TextGenerator};
 use barracuda_io::FlushMethod;
 use barracuda_pool::EvictionPolicy;
 use rand::rngs::SmallRng;

@@ -17,7 +17,8 @@
 //! the start of the text.
 
 use anyhow::Context;
-use barracuda_codec::{BlockSize, Codec, sample::TextGenerator};
+use barracuda_base::BlockSize;
+use barracuda_codec::{Codec, sample::TextGenerator};
 use barracuda_io::FlushMethod;
 use barracuda_pool::EvictionPolicy;
 use rand::Rng;

@@ -6,7 +6,7 @@
 
 use crate::page::{self, HeapOrder, Layout, RecBuf};
 use crate::store::{Fit, OpContext, PageStore, PageWrite};
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 use std::ops::Deref;
 
 /// A page image being prepared: the page functions write into it as into a

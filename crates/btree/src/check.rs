@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::page::{self, FLAG_GROWING, PageType, REC_OVERFLOW, check_structure, violation};
 use crate::store::PageStore;
 use crate::tree::{BTree, SplitCounts, decode_overflow_ref};
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 use std::collections::HashSet;
 
 /// Shape and fill of a tree.

@@ -28,7 +28,7 @@ use crate::error::Result;
 use crate::page;
 use crate::store::PageStore;
 use crate::tree::{BTree, check_key, expect_node};
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 use std::collections::VecDeque;
 use std::ops::Bound;
 

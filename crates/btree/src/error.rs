@@ -1,6 +1,6 @@
 //! The B+tree's error type.
 
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 /// Everything that can go wrong in the B+tree. Bugs in the tree itself panic;
 /// these are conditions of the input or of the stored bytes.

@@ -41,7 +41,7 @@ use crate::page::{
 };
 pub use crate::store::Recipe;
 use crate::store::{LogicalKind, PageWrite, Patch, PatchRecorder};
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 const RECIPE_VERSION: u8 = 1;
 const HEADER_BYTES: usize = 28;

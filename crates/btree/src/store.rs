@@ -31,9 +31,8 @@
 //! guard never blocks on anything but its own page's latch.
 
 use crate::error::{Error, Result};
-use barracuda_codec::{
-    BlockCodec, Codec, CompressOutcome, Geometry, Lsn, PageId, PatchOutcome, append_patch,
-};
+use barracuda_base::{Geometry, Lsn, PageId};
+use barracuda_codec::{BlockCodec, Codec, CompressOutcome, PatchOutcome, append_patch};
 use parking_lot::{Mutex, RawRwLock, RwLock};
 use std::ops::{Deref, Range};
 use std::sync::Arc;
@@ -1003,7 +1002,7 @@ impl<F: FitCheck> PageStore for MemStore<F> {
 #[cfg(test)]
 mod tests {
     use super::{LogicalKind, OpContext, diff_runs};
-    use barracuda_codec::PageId;
+    use barracuda_base::PageId;
     use proptest::prelude::*;
 
     fn patches_of(op: &OpContext, i: usize) -> Vec<(u32, Vec<u8>)> {

@@ -4,12 +4,12 @@
 
 mod common;
 
+use barracuda_base::PageId;
 use barracuda_btree::page::{self, REC_OVERFLOW, RECORD_HEADER_BYTES};
 use barracuda_btree::store::MemExclusive;
 use barracuda_btree::{
     BTree, Error, MemStore, OpContext, PageStore, PageWrite, SplitPolicy, TreeConfig,
 };
-use barracuda_codec::PageId;
 use std::sync::Arc;
 
 fn tree_with(rows: usize) -> BTree<MemStore> {

@@ -9,9 +9,10 @@
 
 mod common;
 
+use barracuda_base::{BlockSize, Geometry};
 use barracuda_btree::store::CodecBlocks;
 use barracuda_btree::{BTree, Error, MemStore, SplitPolicy, TreeConfig};
-use barracuda_codec::{BlockSize, Codec, Geometry};
+use barracuda_codec::Codec;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;

@@ -11,9 +11,10 @@
 
 mod common;
 
+use barracuda_base::{BlockSize, Geometry};
 use barracuda_btree::MemStore;
 use barracuda_btree::store::CodecBlocks;
-use barracuda_codec::{BlockSize, Codec, Geometry};
+use barracuda_codec::Codec;
 use common::{Setup, TreeUnderTest, Values};
 use proptest::prelude::*;
 use proptest_state_machine::prop_state_machine;

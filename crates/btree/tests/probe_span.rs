@@ -89,11 +89,11 @@ fn check(keys: Keys, seed: u64, count: usize, policy: SplitPolicy) {
     );
     let mut spanned = 0;
     for (parent, off, child) in edges {
-        let p = store.fix_shared(barracuda_codec::PageId(parent)).unwrap();
+        let p = store.fix_shared(barracuda_base::PageId(parent)).unwrap();
         let span = KeySpan::of_child(&p, off);
         spanned += usize::from(span.is_some());
         drop(p);
-        let leaf = store.fix_shared(barracuda_codec::PageId(child)).unwrap();
+        let leaf = store.fix_shared(barracuda_base::PageId(child)).unwrap();
         let wrong = KeySpan::new(&key(keys, &mut rng), &key(keys, &mut rng));
         let mut probes: Vec<Vec<u8>> = page::records(&leaf)
             .map(|o| page::rec_key(&leaf, o).to_vec())
@@ -136,12 +136,12 @@ fn a_span_puts_random_keys_near_their_slot() {
     let store = tree.store();
     let (mut near, mut all) = (0, 0);
     for (parent, off, child) in leaf_edges(&tree) {
-        let p = store.fix_shared(barracuda_codec::PageId(parent)).unwrap();
+        let p = store.fix_shared(barracuda_base::PageId(parent)).unwrap();
         let Some(span) = KeySpan::of_child(&p, off) else {
             continue;
         };
         drop(p);
-        let leaf = store.fix_shared(barracuda_codec::PageId(child)).unwrap();
+        let leaf = store.fix_shared(barracuda_base::PageId(child)).unwrap();
         let n = page::slot_count(&leaf);
         for o in page::records(&leaf) {
             let k = page::rec_key(&leaf, o);

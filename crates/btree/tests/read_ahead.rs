@@ -4,9 +4,9 @@
 //! reads, seeks, backward scans and `read_ahead_pages = 0` hint nothing.
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
+use barracuda_base::PageId;
 use barracuda_btree::store::{AlwaysFits, MemExclusive, MemShared};
 use barracuda_btree::{BTree, MemStore, OpContext, PageStore, Result, TreeConfig, page};
-use barracuda_codec::PageId;
 use parking_lot::Mutex;
 use std::sync::Arc;
 

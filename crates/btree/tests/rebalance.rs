@@ -5,8 +5,8 @@
 
 mod common;
 
+use barracuda_base::PageId;
 use barracuda_btree::{BTree, MemStore, PageStore, SplitPolicy, TreeConfig, page};
-use barracuda_codec::PageId;
 use std::sync::Arc;
 
 const PAGE: usize = 4096;

@@ -168,8 +168,9 @@ fn insert_patches_stay_small() {
 /// split, and the pad grows.
 #[test]
 fn codec_blocks_split_on_compression_failure() {
+    use barracuda_base::{BlockSize, Geometry};
     use barracuda_btree::store::CodecBlocks;
-    use barracuda_codec::{BlockSize, Codec, Geometry, sample};
+    use barracuda_codec::{Codec, sample};
     let geometry = Geometry::new(16 << 10, BlockSize::Kib4).unwrap();
     let fit = CodecBlocks::new(Codec::zlib_default(), geometry).unwrap();
     let store = Arc::new(MemStore::with_fit(16 << 10, fit).unwrap());

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use barracuda_base::{BLOCK_HEADER_BYTES, Geometry, Lsn, PageId};
+
 use crate::codec::{Codec, CodecId};
 use crate::engine::{Engines, compress_bound};
 use crate::error::{CodecError, Result};
-use crate::format::{self, BLOCK_HEADER_BYTES, BlockHeader, BlockInfo, NewBlock};
-use crate::geometry::Geometry;
-use crate::ids::{Lsn, PageId};
+use crate::format::{self, BlockHeader, BlockInfo, NewBlock};
 use crate::stats::CompressionStats;
 
 /// The smallest modification-log area a fitting block keeps free, whatever

@@ -27,7 +27,7 @@ pub const ZSTD_LEVEL_DEFAULT: i32 = 3;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Codec {
     /// Pages are stored as they are, in page-sized blocks
-    /// ([`BlockSize::Uncompressed`](crate::BlockSize::Uncompressed)).
+    /// ([`BlockSize::Uncompressed`](barracuda_base::BlockSize::Uncompressed)).
     None,
     /// zlib (deflate with the zlib wrapper) through flate2's zlib-rs backend.
     Zlib {

@@ -5,11 +5,11 @@
 //! Adding a codec means one field here and one arm in `compress` and
 //! `decompress`.
 
+use barracuda_base::PageId;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
 use crate::codec::{Codec, CodecId};
 use crate::error::{CodecError, Result};
-use crate::ids::PageId;
 
 /// Compression and decompression contexts.
 pub(crate) struct Engines {

@@ -1,6 +1,6 @@
 //! The crate's one error type.
 
-use crate::ids::PageId;
+use barracuda_base::{BaseError, PageId};
 
 /// Everything that can go wrong in the codec layer.
 ///
@@ -141,18 +141,11 @@ pub enum CodecError {
         /// The highest level allowed.
         max: i32,
     },
-    /// A page size or block size the format does not support.
-    #[error(
-        "invalid geometry: page {page_size_bytes} bytes, block {block_size_bytes} bytes: {reason}"
-    )]
-    InvalidGeometry {
-        /// The page size asked for.
-        page_size_bytes: u64,
-        /// The block size asked for (the page size for uncompressed).
-        block_size_bytes: u64,
-        /// Which rule it breaks.
-        reason: &'static str,
-    },
+    /// A page size or block size the format does not support: the base
+    /// crate's check ([`Geometry::new`](barracuda_base::Geometry::new)),
+    /// passed on with its message.
+    #[error(transparent)]
+    InvalidGeometry(#[from] BaseError),
     /// A codec and geometry that cannot be used together, or a dictionary the
     /// compression library refused.
     #[error("invalid codec configuration ({codec}): {reason}")]

@@ -3,22 +3,19 @@
 //!
 //! The byte diagram is in `docs/design.md`, section "Compressed block format".
 
+use barracuda_base::{
+    BLOCK_HEADER_BYTES, BLOCK_SIZE_BYTES_MIN, BlockSize, COMPRESSED_BLOCK_SIZE_BYTES_MAX, Geometry,
+    Lsn, PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN, PageId,
+};
 use serde::Serialize;
 
 use crate::codec::CodecId;
 use crate::error::{CodecError, Result};
-use crate::geometry::{
-    BLOCK_SIZE_BYTES_MIN, BlockSize, COMPRESSED_BLOCK_SIZE_BYTES_MAX, Geometry,
-    PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN,
-};
-use crate::ids::{Lsn, PageId};
 
 /// The first four bytes of every block: `"BRCB"` read as a little-endian u32.
 pub const BLOCK_MAGIC: u32 = u32::from_le_bytes(*b"BRCB");
 /// The format version this build reads and writes.
 pub const FORMAT_VERSION: u8 = 1;
-/// The size of the block header.
-pub const BLOCK_HEADER_BYTES: usize = 40;
 /// The bytes at the start of every page that belong to the codec: upper
 /// layers (the B+tree) must not store anything there, and patches may not
 /// touch them. They equal the block header because in the uncompressed

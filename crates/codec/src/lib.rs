@@ -7,13 +7,17 @@
 //! The byte diagram and the policies are in `docs/design.md`.
 //!
 //! What this crate is not: it does not decide when to compress, cache blocks
-//! or write them; the buffer pool does. Identifiers shared by every crate
-//! ([`PageId`], [`Lsn`]) live here because the codec is the lowest layer that
-//! names pages.
+//! or write them; the buffer pool does. Nor does it define the identifiers and
+//! sizes every layer shares ([`PageId`](barracuda_base::PageId),
+//! [`Lsn`](barracuda_base::Lsn), [`Geometry`](barracuda_base::Geometry),
+//! [`BlockSize`](barracuda_base::BlockSize), the header's size
+//! [`BLOCK_HEADER_BYTES`](barracuda_base::BLOCK_HEADER_BYTES)): those belong
+//! to the `barracuda-base` crate, and the codec takes them from there like
+//! every other layer.
 //!
 //! Hard limits and invariants:
 //! - Pages are 4..=64 KiB, powers of two; compressed blocks 1, 2, 4, 8, 16 KiB
-//!   and never larger than the page ([`Geometry`]).
+//!   and never larger than the page ([`Geometry`](barracuda_base::Geometry)).
 //! - The first [`PAGE_HEADER_RESERVED_BYTES`] of every page belong to the
 //!   codec: they are not compressed, patches may not touch them, and after
 //!   decompression they hold a copy of the block header.
@@ -27,7 +31,8 @@
 //!   and scratch buffer and decompresses into the caller's frame.
 //!
 //! ```
-//! use barracuda_codec::{BlockCodec, BlockSize, Codec, CompressOutcome, Geometry, Lsn, PageId};
+//! use barracuda_base::{BlockSize, Geometry, Lsn, PageId};
+//! use barracuda_codec::{BlockCodec, Codec, CompressOutcome};
 //!
 //! let geometry = Geometry::new(16 << 10, BlockSize::Kib8)?;
 //! let mut codec = BlockCodec::new(Codec::zlib_default(), geometry)?;
@@ -54,8 +59,6 @@ mod codec;
 mod engine;
 mod error;
 mod format;
-mod geometry;
-mod ids;
 #[cfg(feature = "testing")]
 pub mod sample;
 mod stats;
@@ -70,14 +73,8 @@ pub use codec::{
 };
 pub use error::{CodecError, Result};
 pub use format::{
-    BLOCK_HEADER_BYTES, BLOCK_MAGIC, BlockHeader, BlockInfo, FORMAT_VERSION,
-    LOG_ENTRY_HEADER_BYTES, LogEntries, PAGE_HEADER_RESERVED_BYTES, PatchOutcome, UNKNOWN_PAGE_ID,
-    append_patch, block_checksum, check_invariants, header_lsn, log_entries, read_header, seal,
-    verify,
+    BLOCK_MAGIC, BlockHeader, BlockInfo, FORMAT_VERSION, LOG_ENTRY_HEADER_BYTES, LogEntries,
+    PAGE_HEADER_RESERVED_BYTES, PatchOutcome, UNKNOWN_PAGE_ID, append_patch, block_checksum,
+    check_invariants, header_lsn, log_entries, read_header, seal, verify,
 };
-pub use geometry::{
-    BLOCK_SIZE_BYTES_MIN, BlockSize, COMPRESSED_BLOCK_SIZE_BYTES_MAX, Geometry,
-    PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN,
-};
-pub use ids::{Lsn, PageId};
 pub use stats::{BlockSizeStats, CompressionStats, CompressionStatsSnapshot};

@@ -3,9 +3,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use barracuda_base::BlockSize;
 use serde::{Deserialize, Serialize};
-
-use crate::geometry::BlockSize;
 
 /// Counters for one block size. Relaxed atomics: each counter is exact, the
 /// set is not a consistent cut (as in InnoDB).

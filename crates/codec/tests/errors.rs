@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
+use barracuda_base::{BLOCK_HEADER_BYTES, BlockSize, Geometry, Lsn, PageId};
 use barracuda_codec::{
-    BLOCK_HEADER_BYTES, BlockCodec, BlockSize, Codec, CodecError, CompressOutcome, Geometry, Lsn,
-    PAGE_HEADER_RESERVED_BYTES, PageId, PatchOutcome, append_patch, block_checksum, read_header,
-    sample, seal, verify,
+    BlockCodec, Codec, CodecError, CompressOutcome, PAGE_HEADER_RESERVED_BYTES, PatchOutcome,
+    append_patch, block_checksum, read_header, sample, seal, verify,
 };
 
 const PAGE_ID: PageId = PageId(42);
@@ -474,8 +474,15 @@ fn invalid_level_geometry_and_config() {
         ),
         "{err}"
     );
-    let err = Geometry::new(4096, BlockSize::Kib8).unwrap_err();
+    // The base crate checks geometries; the codec passes its error on with
+    // the same message.
+    let err = CodecError::from(Geometry::new(4096, BlockSize::Kib8).unwrap_err());
     assert!(matches!(err, CodecError::InvalidGeometry { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "invalid geometry: page 4096 bytes, block 8192 bytes: \
+         a compressed block may not be larger than its page"
+    );
     let err = BlockCodec::new(Codec::None, geometry).unwrap_err();
     assert!(
         matches!(err, CodecError::InvalidConfig { codec: "none", .. }),

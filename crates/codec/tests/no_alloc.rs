@@ -10,10 +10,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use barracuda_codec::{
-    BlockCodec, BlockSize, Codec, CompressOutcome, Geometry, Lsn, PageId, append_patch, sample,
-    seal, verify,
-};
+use barracuda_base::{BlockSize, Geometry, Lsn, PageId};
+use barracuda_codec::{BlockCodec, Codec, CompressOutcome, append_patch, sample, seal, verify};
 
 /// Counts the allocations made by the current thread. Only that thread's
 /// count is read: the test harness's main thread allocates while it

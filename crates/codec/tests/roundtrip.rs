@@ -6,10 +6,10 @@
 // clearest failure report (clippy.toml allows it inside `#[test]` only).
 #![allow(clippy::unwrap_used)]
 
+use barracuda_base::{BlockSize, Geometry, Lsn, PageId};
 use barracuda_codec::{
-    BlockCodec, BlockSize, Codec, CompressOutcome, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES,
-    PageId, PatchOutcome, append_patch, check_invariants, is_packed, log_reserve_bytes, sample,
-    seal, verify,
+    BlockCodec, Codec, CompressOutcome, PAGE_HEADER_RESERVED_BYTES, PatchOutcome, append_patch,
+    check_invariants, is_packed, log_reserve_bytes, sample, seal, verify,
 };
 use proptest::prelude::*;
 

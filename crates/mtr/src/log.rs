@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::store::{PageIdSet, PoolStore, pool_error};
+use barracuda_base::{Lsn, PageId};
 use barracuda_btree::{LogicalKind, OpContext, Result};
-use barracuda_codec::{Lsn, PageId};
 
 /// Where a change's redo records go: the log group being built. Page ids
 /// are the tree's own; `tree_id` names the tree ([`MtrTree::tree_id`]).

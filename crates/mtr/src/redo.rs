@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use barracuda_base::{Lsn, PageId};
 use barracuda_btree::LogicalKind;
-use barracuda_codec::{CodecError, Lsn, PageId};
+use barracuda_codec::CodecError;
 use barracuda_io::{BlockFile, IoError};
 use barracuda_pool::{BufferPool, CommitOutcome, ExclusiveGuard, PoolError};
 
@@ -185,7 +186,8 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
     use super::*;
-    use barracuda_codec::{BlockSize, Codec, Geometry, PAGE_HEADER_RESERVED_BYTES};
+    use barracuda_base::{BlockSize, Geometry};
+    use barracuda_codec::{Codec, PAGE_HEADER_RESERVED_BYTES};
     use barracuda_pool::{CodecService, FileService, PageFormat, PoolConfig, Services};
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};

@@ -46,10 +46,11 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use barracuda_base::{Lsn, PageId};
 use barracuda_btree::recipe::{self, Recipe};
 use barracuda_btree::store::diff_runs;
 use barracuda_btree::{Error, Fit, LogicalKind, OpContext, PageStore, PageWrite, Result};
-use barracuda_codec::{Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
+use barracuda_codec::PAGE_HEADER_RESERVED_BYTES;
 use barracuda_pool::{
     Access, BufferPool, CommitOutcome, DurableLsn, ExclusiveGuard, PageIdHasher, SharedGuard,
 };

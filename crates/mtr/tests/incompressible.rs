@@ -9,8 +9,8 @@
 mod common;
 mod pool_common;
 
+use barracuda_base::BlockSize;
 use barracuda_btree::{BTree, TreeConfig};
-use barracuda_codec::BlockSize;
 use barracuda_pool::EvictionPolicy;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use barracuda_base::{BlockSize, Geometry, Lsn, PageId};
 use barracuda_btree::{BTree, LogicalKind, OpContext, TreeConfig};
-use barracuda_codec::{BlockSize, Codec, Geometry, Lsn, PageId};
+use barracuda_codec::Codec;
 use barracuda_mtr::{LsnMode, Mtr, MtrTree, PoolStore, Redo, RedoSink, Redone};
 use barracuda_pool::testing::MemoryFile;
 use barracuda_pool::{BufferPool, CodecService, PageFormat, PoolConfig, Services};

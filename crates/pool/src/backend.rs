@@ -5,7 +5,7 @@
 //! doubles ([`crate::testing`]) and so that the adapters to `barracuda-codec`
 //! and `barracuda-io` stay in one place.
 
-use barracuda_codec::{Lsn, PageId};
+use barracuda_base::{Lsn, PageId};
 use barracuda_io::{AlignedBuf, CompletionSender, IoError, IoRequest, OpKind};
 
 use crate::counters::CodecCounters;

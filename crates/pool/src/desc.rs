@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
-use barracuda_codec::{Lsn, PageId};
+use barracuda_base::{Lsn, PageId};
 use parking_lot::lock_api::{RawRwLock as _, RawRwLockDowngrade as _};
 
 use crate::arena::NIL;

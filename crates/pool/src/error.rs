@@ -1,6 +1,6 @@
 //! The pool's one error type.
 
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 /// Everything that can go wrong in the buffer pool. Conditions of the world
 /// (I/O errors, corrupt blocks, a pool too small for its pinned pages) are

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use barracuda_codec::Lsn;
+use barracuda_base::Lsn;
 use barracuda_io::IoRequest;
 
 use crate::arena::NIL;
@@ -36,7 +36,7 @@ pub(crate) struct Flusher {
 
 impl Flusher {
     /// See [`BufferPool::is_unwritten`](crate::BufferPool::is_unwritten).
-    pub(crate) fn is_unwritten(&self, cache: &Cache, page_id: barracuda_codec::PageId) -> bool {
+    pub(crate) fn is_unwritten(&self, cache: &Cache, page_id: barracuda_base::PageId) -> bool {
         let Some(d) = cache.table.with_entry(page_id, |d| d) else {
             return false;
         };
@@ -48,7 +48,7 @@ impl Flusher {
     pub(crate) fn set_page_lsn(
         &self,
         cache: &Cache,
-        page_id: barracuda_codec::PageId,
+        page_id: barracuda_base::PageId,
         lsn: Lsn,
     ) -> bool {
         let mut inner = cache.inner.lock();

@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
-use barracuda_codec::{Lsn, PageId};
+use barracuda_base::{Lsn, PageId};
 
 use crate::arena::NIL;
 use crate::backend::{AppendOutcome, CompressOutcome};

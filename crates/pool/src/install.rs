@@ -7,7 +7,7 @@
 //! page itself (with the codec's header) for an uncompressed one. It is not
 //! sealed: its LSN and checksum fields are stale until the page is written.
 
-use barracuda_codec::{Lsn, PageId};
+use barracuda_base::{Lsn, PageId};
 
 use crate::error::{PoolError, Result};
 use crate::guard::SharedGuard;

@@ -73,7 +73,7 @@ fn check_cached(
     cache: &Cache,
     inner: &Inner,
     d: u32,
-    table: &HashMap<barracuda_codec::PageId, u32>,
+    table: &HashMap<barracuda_base::PageId, u32>,
 ) {
     let desc = &cache.descs[d as usize];
     let page_id = desc.page_id();

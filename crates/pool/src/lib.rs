@@ -27,7 +27,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use barracuda_codec::{Lsn, PageId};
+//! use barracuda_base::{Lsn, PageId};
 //! use barracuda_pool::testing::{MemoryFile, SimpleCodec};
 //! use barracuda_pool::{BufferPool, CommitOutcome, PoolConfig, Services};
 //!

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 use serde::{Deserialize, Serialize};
 
 use crate::config::EvictionPolicy;

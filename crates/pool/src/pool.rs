@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use barracuda_codec::{Lsn, PageId, UNKNOWN_PAGE_ID};
+use barracuda_base::{Lsn, PageId};
+use barracuda_codec::UNKNOWN_PAGE_ID;
 use barracuda_io::Completion;
 use parking_lot::{Mutex, MutexGuard};
 

@@ -45,7 +45,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 use barracuda_io::{AlignedBuf, Completion, CompletionQueue, IoRequest};
 use parking_lot::{Condvar, Mutex};
 

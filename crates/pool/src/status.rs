@@ -273,7 +273,7 @@ impl PoolStatus {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LruEntry {
     /// The page.
-    pub page_id: barracuda_codec::PageId,
+    pub page_id: barracuda_base::PageId,
     /// In the old sublist.
     pub old: bool,
     /// Has an uncompressed frame (on the unzip_LRU).

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 use parking_lot::{RwLock, RwLockWriteGuard};
 
 /// 64 shards: several times the core count of the machines we target, so two

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use barracuda_codec::{Lsn, PageId};
+use barracuda_base::{Lsn, PageId};
 use parking_lot::Mutex;
 
 use crate::backend::{AppendOutcome, CompressOutcome, PageCodec, PageFile};

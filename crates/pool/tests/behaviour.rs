@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use barracuda_codec::{BlockSize, Codec, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
+use barracuda_base::{BlockSize, Geometry, Lsn, PageId};
+use barracuda_codec::{Codec, PAGE_HEADER_RESERVED_BYTES};
 use barracuda_io::BlockFile;
 use barracuda_pool::testing::{MemoryFile, SimpleCodec};
 use barracuda_pool::{

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use barracuda_codec::{BlockSize, Codec, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId};
+use barracuda_base::{BlockSize, Geometry, Lsn, PageId};
+use barracuda_codec::{Codec, PAGE_HEADER_RESERVED_BYTES};
 use barracuda_pool::{
     BufferPool, CodecService, CommitOutcome, EvictionPolicy, FileService, PageFormat, PoolConfig,
     Services,

@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use barracuda_codec::{BlockSize, Codec, Geometry};
-use barracuda_codec::{Lsn, PageId};
+use barracuda_base::{BlockSize, Geometry};
+use barracuda_base::{Lsn, PageId};
+use barracuda_codec::Codec;
 use barracuda_pool::testing::{MemoryFile, SimpleCodec};
 use barracuda_pool::{
     BufferPool, CommitOutcome, EvictionPolicy, ManualClock, PageFormat, PoolConfig, PoolError,

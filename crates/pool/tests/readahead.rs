@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use barracuda_codec::{Lsn, PageId};
+use barracuda_base::{Lsn, PageId};
 use barracuda_io::{
     AlignedBuf, CompletionSender, FaultConfig, FaultErrno, FaultFile, FaultOp, FaultRule, IoRequest,
 };

@@ -2,7 +2,7 @@
 //! from its bytes.
 
 use super::*;
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 /// The page type, or `None` for an unknown byte.
 pub(crate) fn page_type(p: &[u8]) -> Option<PageType> {

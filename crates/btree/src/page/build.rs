@@ -2,7 +2,7 @@
 //! as rebuilds, compactions and splits make them.
 
 use super::*;
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 /// Header fields of a rebuilt page.
 #[derive(Clone, Copy, Debug)]

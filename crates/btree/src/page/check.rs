@@ -3,7 +3,7 @@
 //! page a commit writes; the tree's invariant checker checks every page.
 
 use super::*;
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 /// The error of a broken invariant on page `page_id`.
 pub(crate) fn violation(page_id: PageId, reason: impl Into<String>) -> Error {

@@ -2,7 +2,7 @@
 //! a removal, a value overwritten), written through a [`PageMut`].
 
 use super::*;
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 fn write16<G: PageMut>(g: &mut G, off: usize, v: usize) {
     g.put(off, &field16(v).to_le_bytes());

@@ -2,7 +2,7 @@
 //! payload.
 
 use super::*;
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 /// Initializes an overflow page with `payload` (at most
 /// [`overflow_payload_bytes_max`] bytes) and a next link.

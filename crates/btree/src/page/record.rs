@@ -2,7 +2,7 @@
 //! borrowed records to insert.
 
 use super::*;
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 /// An owned record, used to rebuild pages in splits, merges and reorganizes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! then at most one group of records is walked.
 
 use super::*;
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 use std::cmp::Ordering;
 
 /// Compares the record's key with `key`; the first record of an internal

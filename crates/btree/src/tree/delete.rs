@@ -11,7 +11,7 @@ use crate::tree::split::cut::fraction_cut;
 use crate::tree::{
     Attempt, BTree, RETRIES_MAX, SplitKind, check_key, expect_node, unreachable_err,
 };
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 use std::sync::atomic::Ordering;
 
 /// The sibling an underfull child is rebalanced with

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::page;
 use crate::store::{PageStore, PageWrite};
 use crate::tree::{BTree, expect_node};
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 /// A leaf found for a key ([`BTree::leaf_shared_following`]), latched, with
 /// what its parent said about it.

@@ -22,7 +22,7 @@ use crate::change::Change;
 use crate::error::{Error, Result};
 use crate::page::{self, KEY_BYTES_MAX, Layout, PageType, VALUE_BYTES_MAX};
 use crate::store::{Fit, OpContext, PageStore, PageWrite};
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::page::{self, PageType, REC_OVERFLOW, RecBuf};
 use crate::store::{OpContext, PageStore, PageWrite};
 use crate::tree::{BTree, unreachable_err};
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 /// An overflow chain (being read or freed) must only reach overflow pages.
 pub(super) fn expect_overflow(p: &[u8], page_id: PageId, doing: &str) -> Result<()> {

@@ -213,7 +213,7 @@ pub fn scan<S: PageStore>(
 }
 
 /// The leftmost leaf of `tree`: first children from the root down.
-pub fn leftmost_leaf<S: PageStore>(tree: &BTree<S>) -> barracuda_codec::PageId {
+pub fn leftmost_leaf<S: PageStore>(tree: &BTree<S>) -> barracuda_base::PageId {
     let store = tree.store();
     let mut id = tree.root_page_id();
     loop {

@@ -4,7 +4,8 @@
 #![allow(dead_code, reason = "each test binary uses part of this")]
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
-use barracuda_codec::{BlockSize, Codec, CompressionStats, Geometry};
+use barracuda_base::{BlockSize, Geometry};
+use barracuda_codec::{Codec, CompressionStats};
 use barracuda_mtr::{LsnCounter, PoolStore};
 use barracuda_pool::testing::MemoryFile;
 use barracuda_pool::{BufferPool, CodecService, EvictionPolicy, PageFormat, PoolConfig, Services};

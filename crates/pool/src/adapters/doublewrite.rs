@@ -26,7 +26,7 @@
 
 use std::sync::Arc;
 
-use barracuda_codec::{Lsn, PageId};
+use barracuda_base::{Lsn, PageId};
 use barracuda_io::{AlignedBuf, BlockFile, IoError, IoRequest};
 use parking_lot::Mutex;
 
@@ -315,7 +315,8 @@ mod tests {
 
     use std::sync::Arc;
 
-    use barracuda_codec::{Codec, Geometry, Lsn, PageId};
+    use barracuda_base::{Geometry, Lsn, PageId};
+    use barracuda_codec::Codec;
     use barracuda_io::{AlignedBuf, BlockFile, FaultConfig, FaultFile, IoRequest, MemoryFile};
 
     use super::{DOUBLEWRITE_SLOTS, RestoreReport};
@@ -401,7 +402,7 @@ mod tests {
                 .with_doublewrite(Arc::clone(&area), SMALL)
                 .unwrap()
         };
-        let geometry = Geometry::new(4096, barracuda_codec::BlockSize::Kib1).unwrap();
+        let geometry = Geometry::new(4096, barracuda_base::BlockSize::Kib1).unwrap();
         let codec = CodecService::new(Codec::zlib_default(), geometry).unwrap();
         let small_block = |page_id: u64, fill: u8, lsn: u64| {
             let mut page = vec![fill; 4096];

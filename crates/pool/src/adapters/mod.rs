@@ -9,9 +9,9 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use barracuda_base::{Geometry, Lsn, PageId};
 use barracuda_codec::{
-    BlockCodec, Codec, CompressionStats, Geometry, Lsn, PAGE_HEADER_RESERVED_BYTES, PageId,
-    PatchOutcome,
+    BlockCodec, Codec, CompressionStats, PAGE_HEADER_RESERVED_BYTES, PatchOutcome,
 };
 use barracuda_io::{AlignedBuf, BlockFile, CompletionSender, IoRequest};
 use parking_lot::Mutex;
@@ -536,7 +536,7 @@ impl FileService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use barracuda_codec::BlockSize;
+    use barracuda_base::BlockSize;
 
     const PAGE: usize = 16 << 10;
     const BLOCK: usize = 8 << 10;

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 use crate::arena::NIL;
 use crate::desc::{Dirty, LatchGuard, State};

@@ -14,7 +14,7 @@ use crate::page::{self, FLAG_GROWING, INSERT_WAS_MAX, INSERT_WAS_MIN, Layout, Re
 use crate::store::{OpContext, PageStore, PageWrite};
 use crate::tree::descend::right_bound;
 use crate::tree::{BTree, RETRIES_MAX, SplitKind, unreachable_err};
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 use std::sync::atomic::Ordering;
 
 /// The new contents of a page that must split: its records plus the new

@@ -32,7 +32,7 @@ use crate::error::Result;
 use crate::page::{self, PAGE_HEADER_BYTES, RecBuf};
 use crate::store::{OpContext, PageStore, PageWrite};
 use crate::tree::{BTree, SplitKind, unreachable_err};
-use barracuda_codec::PageId;
+use barracuda_base::PageId;
 
 /// Balanced packings tried (`k`, `k + 1`, ...) before the greedy one: for
 /// random records, one more page than the uncompressed bytes ask for is

@@ -2,9 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{CodecError, Result};
-use crate::format::BLOCK_HEADER_BYTES;
+use crate::error::{BaseError, Result};
 
+/// The size of the block header. It belongs to the geometry because every
+/// block, compressed or not, starts with it: it bounds how small a block may
+/// be, and in the uncompressed geometry the header lives in the page's first
+/// bytes, so it also decides how much of a page upper layers may use
+/// ([`Geometry::page_body_bytes`]). The codec lays out its fields.
+pub const BLOCK_HEADER_BYTES: usize = 40;
 /// The smallest logical page: 4 KiB, the smallest O_DIRECT-friendly unit that
 /// still holds a useful number of records.
 pub const PAGE_SIZE_BYTES_MIN: usize = 4 << 10;
@@ -32,8 +37,8 @@ const _: () = assert!(BLOCK_HEADER_BYTES * 8 <= BLOCK_SIZE_BYTES_MIN);
 ///
 /// The compressed sizes are 1 to 16 KiB and may not exceed the page size;
 /// `Uncompressed` means the block is the page itself (see the design doc:
-/// the header then lives in the page's first
-/// [`PAGE_HEADER_RESERVED_BYTES`](crate::PAGE_HEADER_RESERVED_BYTES) bytes).
+/// the header then lives in the page's first [`BLOCK_HEADER_BYTES`] bytes,
+/// which the codec reserves in every page).
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
@@ -136,7 +141,7 @@ impl Geometry {
     /// A geometry, or `InvalidGeometry` if the format does not support it.
     pub fn new(page_size_bytes: usize, block_size: BlockSize) -> Result<Geometry> {
         let block_size_bytes = block_size.compressed_bytes().unwrap_or(page_size_bytes);
-        let invalid = |reason| CodecError::InvalidGeometry {
+        let invalid = |reason| BaseError::InvalidGeometry {
             page_size_bytes: page_size_bytes as u64,
             block_size_bytes: block_size_bytes as u64,
             reason,
@@ -218,8 +223,22 @@ mod tests {
     fn rejects_bad_page_sizes() {
         for page in [0, 1000, 2048, 6000, 128 << 10] {
             let err = Geometry::new(page, BlockSize::Kib1).unwrap_err();
-            assert!(matches!(err, CodecError::InvalidGeometry { .. }), "{err}");
+            assert!(matches!(err, BaseError::InvalidGeometry { .. }), "{err}");
         }
+    }
+
+    #[test]
+    fn the_error_names_the_sizes_and_the_rule() {
+        let err = Geometry::new(1000, BlockSize::Kib1).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid geometry: page 1000 bytes, block 1024 bytes: the page size must be a power of two"
+        );
+        let err = Geometry::new(4 << 10, BlockSize::Kib8).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid geometry: page 4096 bytes, block 8192 bytes: a compressed block may not be larger than its page"
+        );
     }
 
     #[test]
