@@ -76,6 +76,21 @@ pub struct Args {
     /// Sweep: number of grid points.
     #[arg(long, default_value_t = 240, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(1, 100_000))]
     pub(super) points: usize,
+    /// Sweep: raise a point's operations so that each of its streams gets
+    /// this many records on average, if that takes at most --rows-max
+    /// operations (0: every point runs --rows operations).
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(0, 1_000_000))]
+    pub(super) stream_records: usize,
+    /// Sweep: the most operations a point is raised to by --stream-records.
+    #[arg(long, default_value_t = 200_000, allow_negative_numbers = true, value_parser = super::harness::int_in::<usize>(1, 100_000_000))]
+    pub(super) rows_max: usize,
+    /// Sweep: run only the grid points with at least this many streams (a
+    /// sub-grid for quick comparisons; the summary covers what ran).
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = super::harness::int_in::<u32>(1, 100_000))]
+    pub(super) streams_min: u32,
+    /// Sweep: run only the grid points with at most this many streams.
+    #[arg(long, default_value_t = 100_000, allow_negative_numbers = true, value_parser = super::harness::int_in::<u32>(1, 100_000))]
+    pub(super) streams_max: u32,
     /// Write results as JSON to this file (an object for one run, an array
     /// for a matrix).
     #[arg(long)]

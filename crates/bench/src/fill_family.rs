@@ -117,14 +117,15 @@ fn run_point(family: Family, page_size_bytes: usize) -> anyhow::Result<PointResu
 
 fn print_rows(results: &[PointResult]) {
     println!(
-        "{:>4} {:<52} {:>6} {:>6} {:>8} {:>6} {:>7}",
-        "#", "point", "half", "innodb", "adaptive", "oracle", "margin"
+        "{:>4} {:<52} {:>7} {:>6} {:>6} {:>8} {:>6} {:>7}",
+        "#", "point", "ops", "half", "innodb", "adaptive", "oracle", "margin"
     );
     for (i, r) in results.iter().enumerate() {
         println!(
-            "{:>4} {:<52} {:>6.3} {:>6.3} {:>8.3} {:>6.3} {:>+7.3}",
+            "{:>4} {:<52} {:>7} {:>6.3} {:>6.3} {:>8.3} {:>6.3} {:>+7.3}",
             i,
             r.label,
+            r.family.ops,
             r.half,
             r.innodb,
             r.adaptive,
@@ -139,7 +140,7 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     if n == 0 { f64::NAN } else { sum / n as f64 }
 }
 
-fn print_summary(results: &[PointResult]) {
+fn print_summary(results: &[PointResult], stream_records: usize) {
     let worst = results
         .iter()
         .enumerate()
@@ -159,6 +160,8 @@ fn print_summary(results: &[PointResult]) {
         println!("worst margin of adaptive over max(half, innodb): {m:+.3} (point {i})");
     }
     println!("points where adaptive < max(half, innodb) - {TOLERANCE}: {below}");
+    let long = format!("many-stream, streams of {stream_records} records or more");
+    let short = format!("many-stream, streams of fewer than {stream_records} records");
     for (name, pred) in [
         (
             "all",
@@ -167,6 +170,18 @@ fn print_summary(results: &[PointResult]) {
         (
             "many-stream (>= 1000 streams)",
             Box::new(|r: &PointResult| r.family.streams >= MANY_STREAMS),
+        ),
+        (
+            long.as_str(),
+            Box::new(move |r: &PointResult| {
+                r.family.streams >= MANY_STREAMS && r.family.records_per_stream() >= stream_records
+            }),
+        ),
+        (
+            short.as_str(),
+            Box::new(move |r: &PointResult| {
+                r.family.streams >= MANY_STREAMS && r.family.records_per_stream() < stream_records
+            }),
         ),
         (
             "1000-10000 streams, variable-length prefix",
@@ -202,6 +217,10 @@ fn print_legend_and_verdict(results: &[PointResult]) {
             "oracle",
             "leaf fill of splits that know every future insert (a yardstick, not a bound)",
         ),
+        (
+            "ops",
+            "operations of the point (raised by --stream-records)",
+        ),
         ("margin", "adaptive - max(half, innodb)"),
     ]);
     let held = results
@@ -223,7 +242,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let ops = usize::try_from(args.rows).context("--rows")?;
     let points = match args.pattern.as_str() {
         "family" => vec![family_of(args)?],
-        "sweep" => pattern::grid(args.points, ops, args.seed),
+        "sweep" => pattern::grid(args.points, ops, args.seed)
+            .into_iter()
+            .filter(|f| (args.streams_min..=args.streams_max).contains(&f.streams))
+            .map(|f| f.with_records_per_stream(args.stream_records, args.rows_max))
+            .collect(),
         other => bail!("not a family pattern: {other:?}"),
     };
     let mut results = Vec::with_capacity(points.len());
@@ -242,7 +265,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     print_rows(&results);
     if results.len() > 1 {
-        print_summary(&results);
+        print_summary(&results, args.stream_records);
     }
     print_legend_and_verdict(&results);
     if let Some(path) = &args.json {

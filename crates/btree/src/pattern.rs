@@ -202,6 +202,28 @@ impl Family {
         )
     }
 
+    /// Average records per stream.
+    pub fn records_per_stream(&self) -> usize {
+        self.ops / self.streams.max(1) as usize
+    }
+
+    /// This workload with its operations raised so that every stream gets
+    /// `records` records on average, if that takes at most `ops_max`
+    /// operations; else as it is. A stream of a few records is no stream
+    /// to a split policy: with fewer records per stream than a leaf holds,
+    /// the streams' inserts land all over each leaf, as random inserts do.
+    pub fn with_records_per_stream(self, records: usize, ops_max: usize) -> Self {
+        let wanted = records.saturating_mul(self.streams.max(1) as usize);
+        if wanted > self.ops && wanted <= ops_max {
+            Self {
+                ops: wanted,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+
     /// The key of stream `s`'s `q`-th record.
     fn key(&self, s: u32, q: u64) -> Vec<u8> {
         let descending = match self.order {
@@ -662,6 +684,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn records_per_stream_raise_operations_up_to_the_cap() {
+        let f = Family {
+            ops: 30_000,
+            streams: 1_000,
+            ..Family::default()
+        };
+        let raised = f.with_records_per_stream(100, 200_000);
+        assert_eq!(raised.ops, 100_000);
+        assert_eq!(raised.records_per_stream(), 100);
+        // Past the cap, or already long enough: unchanged.
+        let many = Family {
+            streams: 5_000,
+            ..f
+        };
+        assert_eq!(many.with_records_per_stream(100, 200_000), many);
+        assert_eq!(f.with_records_per_stream(10, 200_000), f);
     }
 
     #[test]
