@@ -66,13 +66,7 @@ impl Flusher {
             // Re-insert at its place in the flush list's LSN order.
             dirty.oldest = lsn;
             inner.flush.remove(d);
-            let mut after = NIL;
-            let mut next = inner.flush.head();
-            while next != NIL && inner.dirty[next as usize].oldest > lsn {
-                after = next;
-                next = inner.flush.next(next);
-            }
-            inner.flush.insert_after(after, d);
+            inner.insert_into_flush_list(d, lsn);
         }
         true
     }

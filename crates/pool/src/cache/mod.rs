@@ -136,6 +136,20 @@ pub(crate) struct Cache {
     pub(crate) lent_chunks: AtomicU32,
 }
 
+impl Inner {
+    /// Inserts `d`, whose oldest modification is `lsn`, at its place in the
+    /// flush list's order (head = newest).
+    pub(crate) fn insert_into_flush_list(&mut self, d: u32, lsn: Lsn) {
+        let mut after = NIL;
+        let mut next = self.flush.head();
+        while next != NIL && self.dirty[next as usize].oldest > lsn {
+            after = next;
+            next = self.flush.next(next);
+        }
+        self.flush.insert_after(after, d);
+    }
+}
+
 impl Cache {
     /// Allocates the whole budget: an empty cache.
     pub(crate) fn new(config: PoolConfig, services: Services) -> Result<Self> {
@@ -283,13 +297,7 @@ impl Cache {
         dirty.dirty = true;
         dirty.oldest = lsn;
         dirty.newest = lsn;
-        let mut after = NIL;
-        let mut next = inner.flush.head();
-        while next != NIL && inner.dirty[next as usize].oldest > lsn {
-            after = next;
-            next = inner.flush.next(next);
-        }
-        inner.flush.insert_after(after, d);
+        inner.insert_into_flush_list(d, lsn);
     }
 
     /// Whether a page whose newest change is `newest` may be written now.
