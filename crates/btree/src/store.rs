@@ -129,6 +129,12 @@ pub struct OpContext {
     /// a bulk load sorted for locality would leave its leaves full, and the
     /// random writes after it would split them all again.
     pub half_splits: bool,
+    /// Fits are asked exactly: a store may not guess that compression
+    /// cannot make a page fit its block ([`PageWrite::commit_or_split`],
+    /// [`PageStore::would_fit`]). Set for the second try of an insert
+    /// that did not fit with guesses, which a guess wrong for this page's
+    /// kind of data (keys among values that do not compress) can cause.
+    pub exact_fit: bool,
     /// Every committed patch, in commit order; `pages` index into it.
     patch_list: Vec<PatchAt>,
     /// The patches' bytes, one after the other: one buffer for the whole
@@ -288,6 +294,16 @@ pub trait PageWrite: Deref<Target = [u8]> {
     /// Ends one logical change: checks the compressed fit and either moves the
     /// pending patches into `op` or rolls the page back (see [`Fit`]).
     fn commit(&mut self, op: &mut OpContext) -> Fit;
+
+    /// [`PageWrite::commit`] for a change the tree undoes by splitting the
+    /// page when it does not fit (an insert into a leaf): a store may
+    /// answer `DoesNotFit` without compressing a page fuller than its
+    /// block when its recent pages say compression cannot make it fit.
+    /// Never for a change whose fit was promised by
+    /// [`PageStore::would_fit`]. The default commits.
+    fn commit_or_split(&mut self, op: &mut OpContext) -> Fit {
+        self.commit(op)
+    }
 
     /// Writes only the byte ranges where `image` differs from the page, so
     /// that rebuilding a page in place logs only what really changed.

@@ -9,6 +9,8 @@ use crate::codec::{Codec, CodecId};
 use crate::engine::{Engines, compress_bound};
 use crate::error::{CodecError, Result};
 use crate::format::{self, BlockHeader, BlockInfo, NewBlock};
+use crate::guess::FitGuess;
+use crate::sparse;
 use crate::stats::CompressionStats;
 
 /// The smallest modification-log area a fitting block keeps free, whatever
@@ -58,7 +60,9 @@ pub enum CompressOutcome {
     /// The page does not fit; the block is unchanged. A normal outcome: the
     /// B+tree splits the page (a "compression failure").
     DoesNotFit {
-        /// The block size the page would have needed, log reserve included.
+        /// The block size the page would have needed, log reserve included
+        /// (stored sparse, when a guess skipped the compressor:
+        /// [`BlockCodec::compress_guessing`]).
         needed_bytes: usize,
     },
 }
@@ -153,6 +157,11 @@ impl BlockCodec {
     /// sealed, keeping [`log_reserve_bytes`] free for the modification log.
     /// On `DoesNotFit` the block is unchanged.
     ///
+    /// A page whose body without its longest run of zero bytes (its free
+    /// space) fits the block is stored so, uncompressed
+    /// ([`CodecId::Sparse`]), whatever the codec: only a page fuller than
+    /// its block is compressed.
+    ///
     /// # Panics
     /// If `page` is not one page or `block` not one block of this geometry.
     pub fn compress(
@@ -188,6 +197,28 @@ impl BlockCodec {
         block: &mut [u8],
         reserve_bytes: usize,
     ) -> Result<CompressOutcome> {
+        self.compress_guessing(page, page_id, lsn, block, reserve_bytes, None)
+    }
+
+    /// [`compress_reserving`](Self::compress_reserving), except that a page
+    /// fuller than its block is not compressed when `guess` says that
+    /// compressing it is hopeless ([`FitGuess::hopeless`]): it is then
+    /// `DoesNotFit`, with `needed_bytes` of its sparse image. Only for
+    /// callers to whom `DoesNotFit` is a normal outcome (a split), never for
+    /// one that must reproduce an earlier compression (recovery). Every
+    /// compression it runs teaches `guess`.
+    ///
+    /// # Panics
+    /// As [`compress`](Self::compress).
+    pub fn compress_guessing(
+        &mut self,
+        page: &[u8],
+        page_id: PageId,
+        lsn: Lsn,
+        block: &mut [u8],
+        reserve_bytes: usize,
+        guess: Option<&FitGuess>,
+    ) -> Result<CompressOutcome> {
         assert_eq!(
             page.len(),
             self.geometry.page_size_bytes(),
@@ -201,9 +232,46 @@ impl BlockCodec {
         let started = Instant::now();
         let codec_id = self.codec.id();
         let body = &page[BLOCK_HEADER_BYTES..];
+        let room = block
+            .len()
+            .saturating_sub(BLOCK_HEADER_BYTES + reserve_bytes);
+        let mut sparse_len = None;
+        if codec_id != CodecId::None {
+            let (len, hole) = sparse::sparse_len(body);
+            sparse_len = Some(len);
+            if len <= room {
+                // The page fits its block without compression: a copy costs a
+                // fraction of a compressor's pass, and reading it back is a copy
+                // too. Data that does not compress reaches here until its page
+                // is fuller than its block; then the compressor decides.
+                sparse::store(body, hole, &mut self.scratch);
+                let new = NewBlock {
+                    page_id,
+                    lsn,
+                    codec_id: CodecId::Sparse,
+                    geometry: self.geometry,
+                    dictionary_id: 0,
+                };
+                format::write_block(block, &new, &self.scratch[..len]);
+                self.stats
+                    .record_sparse(self.geometry.block_size(), started.elapsed());
+                return Ok(CompressOutcome::Fits {
+                    compressed_len: len,
+                });
+            }
+            if guess.is_some_and(|guess| guess.hopeless(len, room)) {
+                self.stats.record_guessed(self.geometry.block_size());
+                return Ok(CompressOutcome::DoesNotFit {
+                    needed_bytes: BLOCK_HEADER_BYTES + len + reserve_bytes,
+                });
+            }
+        }
         let compressed_len = self
             .engines
             .compress(codec_id, page_id, body, &mut self.scratch)?;
+        if let (Some(guess), Some(sparse_len)) = (guess, sparse_len) {
+            guess.learn(sparse_len, compressed_len);
+        }
         let needed_bytes = BLOCK_HEADER_BYTES + compressed_len + reserve_bytes;
         let outcome = if needed_bytes <= block.len() {
             let new = NewBlock {

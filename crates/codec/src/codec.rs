@@ -155,6 +155,10 @@ pub enum CodecId {
     Zlib = 1,
     /// zstd frame.
     Zstd = 2,
+    /// The page body stored without its longest run of zero bytes (its
+    /// free space): what a compressing codec writes instead of compressing
+    /// when this fits the block, whatever its policy.
+    Sparse = 3,
 }
 
 impl CodecId {
@@ -165,6 +169,7 @@ impl CodecId {
             0 => Some(CodecId::None),
             1 => Some(CodecId::Zlib),
             2 => Some(CodecId::Zstd),
+            3 => Some(CodecId::Sparse),
             _ => None,
         }
     }
@@ -176,6 +181,7 @@ impl CodecId {
             CodecId::None => "none",
             CodecId::Zlib => "zlib",
             CodecId::Zstd => "zstd",
+            CodecId::Sparse => "sparse",
         }
     }
 }
@@ -223,9 +229,9 @@ mod tests {
 
     #[test]
     fn codec_ids_round_trip() {
-        for id in [CodecId::None, CodecId::Zlib, CodecId::Zstd] {
+        for id in [CodecId::None, CodecId::Zlib, CodecId::Zstd, CodecId::Sparse] {
             assert_eq!(CodecId::from_byte(id as u8), Some(id));
         }
-        assert_eq!(CodecId::from_byte(3), None);
+        assert_eq!(CodecId::from_byte(4), None);
     }
 }

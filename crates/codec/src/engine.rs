@@ -10,6 +10,7 @@ use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, 
 
 use crate::codec::{Codec, CodecId};
 use crate::error::{CodecError, Result};
+use crate::sparse;
 
 /// Compression and decompression contexts.
 pub(crate) struct Engines {
@@ -98,6 +99,13 @@ impl Engines {
                 c.compress_to_buffer(input, out)
                     .map_err(|e| failed(e.to_string()))
             }
+            CodecId::Sparse => {
+                let hole = sparse::longest_zero_run(input);
+                if out.len() < sparse::SPARSE_HEADER_BYTES + input.len() - hole.1 {
+                    return Err(failed("output buffer too small".into()));
+                }
+                Ok(sparse::store(input, hole, out))
+            }
         }
     }
 
@@ -158,6 +166,7 @@ impl Engines {
                 }
                 Ok(())
             }
+            CodecId::Sparse => sparse::restore(input, out).map_err(corrupted),
         }
     }
 }

@@ -13,6 +13,9 @@ struct Row {
     compress_ops: AtomicU64,
     compress_ops_ok: AtomicU64,
     compress_time_ns: AtomicU64,
+    sparse_ops: AtomicU64,
+    sparse_time_ns: AtomicU64,
+    guessed_unfit: AtomicU64,
     uncompress_ops: AtomicU64,
     uncompress_time_ns: AtomicU64,
 }
@@ -42,6 +45,23 @@ impl CompressionStats {
             .fetch_add(duration_ns(elapsed), Ordering::Relaxed);
     }
 
+    /// Counts one page stored sparse instead of compressed (it fit its
+    /// block uncompressed): not a compression attempt.
+    pub fn record_sparse(&self, block_size: BlockSize, elapsed: Duration) {
+        let row = &self.rows[block_size.index()];
+        row.sparse_ops.fetch_add(1, Ordering::Relaxed);
+        row.sparse_time_ns
+            .fetch_add(duration_ns(elapsed), Ordering::Relaxed);
+    }
+
+    /// Counts one page not compressed because a guess said it could not
+    /// fit ([`crate::FitGuess`]): not a compression attempt.
+    pub fn record_guessed(&self, block_size: BlockSize) {
+        self.rows[block_size.index()]
+            .guessed_unfit
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts one decompression.
     pub fn record_uncompress(&self, block_size: BlockSize, elapsed: Duration) {
         let row = &self.rows[block_size.index()];
@@ -61,6 +81,9 @@ impl CompressionStats {
                 compress_ops: row.compress_ops.load(Ordering::Relaxed),
                 compress_ops_ok: row.compress_ops_ok.load(Ordering::Relaxed),
                 compress_time_ns: row.compress_time_ns.load(Ordering::Relaxed),
+                sparse_ops: row.sparse_ops.load(Ordering::Relaxed),
+                sparse_time_ns: row.sparse_time_ns.load(Ordering::Relaxed),
+                guessed_unfit: row.guessed_unfit.load(Ordering::Relaxed),
                 uncompress_ops: row.uncompress_ops.load(Ordering::Relaxed),
                 uncompress_time_ns: row.uncompress_time_ns.load(Ordering::Relaxed),
             })
@@ -85,7 +108,20 @@ pub struct BlockSizeStats {
     /// Time spent compressing, nanoseconds (`COMPRESS_TIME`, which InnoDB
     /// gives in seconds).
     pub compress_time_ns: u64,
-    /// Decompressions (`UNCOMPRESS_OPS`).
+    /// Pages stored sparse, without their free space, because they fit
+    /// their block uncompressed (no compression attempted; not in
+    /// `compress_ops`).
+    #[serde(default)]
+    pub sparse_ops: u64,
+    /// Time spent storing pages sparse, nanoseconds.
+    #[serde(default)]
+    pub sparse_time_ns: u64,
+    /// Pages fuller than their block not compressed, because recent pages
+    /// said compression could not make them fit (`FitGuess`); not in
+    /// `compress_ops`.
+    #[serde(default)]
+    pub guessed_unfit: u64,
+    /// Decompressions (`UNCOMPRESS_OPS`, sparse blocks included).
     pub uncompress_ops: u64,
     /// Time spent decompressing, nanoseconds (`UNCOMPRESS_TIME`).
     pub uncompress_time_ns: u64,

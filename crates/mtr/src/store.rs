@@ -534,6 +534,20 @@ impl PageWrite for PoolExclusive<'_> {
     }
 
     fn commit(&mut self, op: &mut OpContext) -> Fit {
+        self.commit_or_guess(op, false)
+    }
+
+    fn commit_or_split(&mut self, op: &mut OpContext) -> Fit {
+        let guessing = !op.exact_fit;
+        self.commit_or_guess(op, guessing)
+    }
+}
+
+impl PoolExclusive<'_> {
+    /// Commits within `op`; `guessing`: the pool may answer `DoesNotFit`
+    /// for a page whose recent fellows say it cannot fit
+    /// (`ExclusiveGuard::try_commit_pending_lsn`).
+    fn commit_or_guess(&mut self, op: &mut OpContext, guessing: bool) -> Fit {
         let logical = self.logical.take();
         if self.inner.pending_patch_count() == 0 {
             return Fit::Fits;
@@ -544,7 +558,12 @@ impl PageWrite for PoolExclusive<'_> {
             Some((kind, bytes)) => op.commit_page_logical(self.inner.page_id(), kind, &bytes),
             None => op.commit_page(self.inner.page_id(), self.inner.pending_patches()),
         }
-        match self.inner.commit_pending_lsn() {
+        let outcome = if guessing {
+            self.inner.try_commit_pending_lsn()
+        } else {
+            self.inner.commit_pending_lsn()
+        };
+        match outcome {
             Ok(CommitOutcome::Fits) => Fit::Fits,
             Ok(CommitOutcome::DoesNotFit) => {
                 op.forget_last_commit();
@@ -697,13 +716,13 @@ impl PageStore for PoolStore {
         &self,
         guard: &PoolExclusive<'_>,
         image: &[u8],
-        _: &mut OpContext,
+        op: &mut OpContext,
     ) -> Result<bool> {
         let mut page = image.to_vec();
         // The codec's reserved bytes stay the page's own.
         page[..PAGE_HEADER_RESERVED_BYTES].copy_from_slice(&guard[..PAGE_HEADER_RESERVED_BYTES]);
         self.pool
-            .would_fit(guard.page_id(), &page)
+            .would_fit(guard.page_id(), &page, !op.exact_fit)
             .map_err(pool_error)
     }
 

@@ -37,18 +37,38 @@ pub trait PageCodec: Send + Sync {
     /// modification log. On `DoesNotFit` the block's bytes are unspecified
     /// and the caller restores them.
     fn compress(&self, page_id: PageId, page: &[u8], block: &mut [u8]) -> Result<CompressOutcome>;
-    /// [`compress`](Self::compress) to see whether `page` fits, into a
-    /// scratch `block`. A codec may keep the result for the `compress` of
-    /// the same page bytes that commonly follows (the split that checked
-    /// its images commits them), which must then produce the same block as
-    /// compressing afresh would.
-    fn compress_trial(
+    /// [`compress`](Self::compress), except that a page whose recent
+    /// fellows say compression cannot make it fit may be `DoesNotFit`
+    /// without being compressed. For commits whose `DoesNotFit` the caller
+    /// handles by splitting; never for recovery, which must commit what
+    /// the original run committed.
+    fn compress_guessing(
         &self,
         page_id: PageId,
         page: &[u8],
         block: &mut [u8],
     ) -> Result<CompressOutcome> {
         self.compress(page_id, page, block)
+    }
+    /// [`compress`](Self::compress) to see whether `page` fits, into a
+    /// scratch `block`. A codec may keep the result for the `compress` of
+    /// the same page bytes that commonly follows (the split that checked
+    /// its images commits them), which must then produce the same block as
+    /// compressing afresh would. With `guessing`, a trial may guess as
+    /// [`compress_guessing`](Self::compress_guessing) does: its no lets a
+    /// split choose another image, and its yes comes from a compression.
+    fn compress_trial(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        block: &mut [u8],
+        guessing: bool,
+    ) -> Result<CompressOutcome> {
+        if guessing {
+            self.compress_guessing(page_id, page, block)
+        } else {
+            self.compress(page_id, page, block)
+        }
     }
     /// Decompresses `block` into `page` (its whole length) and applies the
     /// block's modification log.

@@ -84,6 +84,15 @@ pub struct CodecCounters {
     /// (`PageCodec::compress_trial`). Not in `compress_ops`.
     #[serde(default)]
     pub compress_reused: u64,
+    /// Pages stored sparse (uncompressed, without their free space)
+    /// because they fit their block so. Not in `compress_ops`.
+    #[serde(default)]
+    pub sparse_ops: u64,
+    /// Pages fuller than their block not compressed for a split or a
+    /// trial, because recent pages said compression could not make them
+    /// fit. Not in `compress_ops`.
+    #[serde(default)]
+    pub guessed_unfit: u64,
     /// Decompressions.
     pub uncompress_ops: u64,
     /// Time spent decompressing, µs.

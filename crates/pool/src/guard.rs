@@ -244,11 +244,16 @@ impl<'a> ExclusiveGuard<'a> {
     /// marks the page dirty at `lsn`. When the page no longer fits its block
     /// the patches are rolled back and `DoesNotFit` is returned.
     pub fn commit(&mut self, lsn: Lsn) -> Result<CommitOutcome> {
+        self.commit_or_guess(lsn, false)
+    }
+
+    fn commit_or_guess(&mut self, lsn: Lsn, guessing: bool) -> Result<CommitOutcome> {
         if self.patches.is_empty() && !self.created {
             return Ok(CommitOutcome::Fits);
         }
         if self.pool.compressed {
-            let outcome = BLOCK_BACKUP.with(|backup| self.apply_to_block(&mut backup.borrow_mut()));
+            let outcome =
+                BLOCK_BACKUP.with(|backup| self.apply_to_block(&mut backup.borrow_mut(), guessing));
             match outcome {
                 Ok(CommitOutcome::Fits) => {}
                 Ok(CommitOutcome::DoesNotFit) => {
@@ -282,6 +287,17 @@ impl<'a> ExclusiveGuard<'a> {
         self.commit(LSN_PENDING)
     }
 
+    /// [`Self::commit_pending_lsn`] for a change the caller undoes by
+    /// splitting the page when it does not fit (an insert into a leaf):
+    /// a page fuller than its block is not compressed when the tree's
+    /// recent pages say compression cannot make it fit
+    /// ([`PageCodec::compress_guessing`](crate::PageCodec::compress_guessing)),
+    /// which spares data that does not compress a failed compression per
+    /// split. Recovery commits with [`Self::commit`], which never guesses.
+    pub fn try_commit_pending_lsn(&mut self) -> Result<CommitOutcome> {
+        self.commit_or_guess(LSN_PENDING, true)
+    }
+
     /// The uncommitted patches, as `(offset, current bytes)` in the order
     /// they were written (later patches may overwrite earlier ones), so the
     /// caller can log them before committing.
@@ -295,7 +311,7 @@ impl<'a> ExclusiveGuard<'a> {
 
     /// Appends the patches to the modification log or recompresses; on
     /// failure the block is restored from `backup`.
-    fn apply_to_block(&self, backup: &mut Vec<u8>) -> Result<CommitOutcome> {
+    fn apply_to_block(&self, backup: &mut Vec<u8>, guessing: bool) -> Result<CommitOutcome> {
         let desc = &self.pool.descs[self.desc as usize];
         // SAFETY: pinned and exclusively latched by this guard.
         let block = unsafe { self.pool.block_mut(desc.block_slot()) };
@@ -330,12 +346,13 @@ impl<'a> ExclusiveGuard<'a> {
             .counters
             .recompressions
             .fetch_add(1, Ordering::Relaxed);
-        match self
-            .pool
-            .services
-            .codec
-            .compress(self.page_id, frame, block)
-        {
+        let codec = &self.pool.services.codec;
+        let outcome = if guessing {
+            codec.compress_guessing(self.page_id, frame, block)
+        } else {
+            codec.compress(self.page_id, frame, block)
+        };
+        match outcome {
             Ok(CompressOutcome::Fits) => Ok(CommitOutcome::Fits),
             Ok(CompressOutcome::DoesNotFit) => {
                 block.copy_from_slice(backup);

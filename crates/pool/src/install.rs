@@ -97,7 +97,10 @@ impl BufferPool {
     /// if compressed afresh; always true for an uncompressed pool. A page
     /// that fits afresh fits whatever its modification log holds, because
     /// a commit recompresses when the log is full. Changes nothing.
-    pub fn would_fit(&self, page_id: PageId, page: &[u8]) -> Result<bool> {
+    /// `guessing`: a page fuller than its block whose tree's recent pages
+    /// say compression cannot make it fit is a no without compressing
+    /// ([`crate::PageCodec::compress_guessing`]); a yes is always real.
+    pub fn would_fit(&self, page_id: PageId, page: &[u8], guessing: bool) -> Result<bool> {
         if !self.cache.compressed {
             return Ok(true);
         }
@@ -110,7 +113,7 @@ impl BufferPool {
             .cache
             .services
             .codec
-            .compress_trial(page_id, page, &mut block)?;
+            .compress_trial(page_id, page, &mut block, guessing)?;
         Ok(outcome == crate::backend::CompressOutcome::Fits)
     }
 

@@ -252,11 +252,13 @@ impl PoolStatus {
         let z = &self.codec;
         let _ = writeln!(
             out,
-            "Compression ({} B blocks): compress ops {}, ok {}, time {} us; uncompress ops {}, time {} us",
+            "Compression ({} B blocks): compress ops {}, ok {}, time {} us; sparse {}, guessed unfit {}; uncompress ops {}, time {} us",
             z.block_size_bytes,
             z.compress_ops,
             z.compress_ops_ok,
             z.compress_time_us,
+            z.sparse_ops,
+            z.guessed_unfit,
             z.uncompress_ops,
             z.uncompress_time_us
         );

@@ -49,7 +49,18 @@ impl<S: PageStore> BTree<S> {
 
     /// [`BTree::delete`] within the caller's operation context.
     pub fn delete_in(&self, op: &mut OpContext, key: &[u8]) -> Result<bool> {
-        let existed = self.remove(op, key)?;
+        let mut removed = self.remove(op, key);
+        if self.config.compressed
+            && !op.exact_fit
+            && matches!(removed, Err(Error::CompressionUnfit { .. }))
+        {
+            // As an insert's (`BTree::insert_in`): once more without the
+            // store's guesses, which may have refused every split.
+            op.exact_fit = true;
+            removed = self.remove(op, key);
+            op.exact_fit = false;
+        }
+        let existed = removed?;
         if existed {
             // Counted in the same operation when it settles.
             op.entry_delta -= 1;

@@ -25,6 +25,25 @@ impl<S: PageStore> BTree<S> {
     pub fn insert_in(&self, op: &mut OpContext, key: &[u8], value: &[u8]) -> Result<bool> {
         check_key(key)?;
         check_value(value)?;
+        let result = self.insert_fitting(op, key, value);
+        if self.config.compressed
+            && !op.exact_fit
+            && matches!(result, Err(Error::CompressionUnfit { .. }))
+        {
+            // The store's guesses that compression could not make a page
+            // fit (`OpContext::exact_fit`) may have refused every way to
+            // split; the failed try changed no contents.
+            op.exact_fit = true;
+            let result = self.insert_fitting(op, key, value);
+            op.exact_fit = false;
+            return result;
+        }
+        result
+    }
+
+    /// [`BTree::insert_in`] of a checked key and value: inline, or with
+    /// the value in overflow pages when the record fits no block inline.
+    fn insert_fitting(&self, op: &mut OpContext, key: &[u8], value: &[u8]) -> Result<bool> {
         match self.insert_encoded(op, key, value, true) {
             // A record whose value does not compress may not fit a block
             // even alone (a value of up to an eighth of the page, in a block
@@ -143,7 +162,7 @@ impl<S: PageStore> BTree<S> {
             }
         }
         self.mark_if_sparse(leaf);
-        if !self.commit(leaf, op) {
+        if !self.commit_or_split(leaf, op) {
             return Ok(LeafOutcome::Unfit);
         }
         if let Some((_, _, chain)) = old {

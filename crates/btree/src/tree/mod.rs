@@ -380,6 +380,16 @@ impl<S: PageStore> BTree<S> {
     }
 
     fn commit<G: PageWrite>(&self, g: &mut G, op: &mut OpContext) -> bool {
+        self.commit_with(g, op, false)
+    }
+
+    /// [`BTree::commit`] of a change that splits the page when it does not
+    /// fit ([`PageWrite::commit_or_split`]).
+    fn commit_or_split<G: PageWrite>(&self, g: &mut G, op: &mut OpContext) -> bool {
+        self.commit_with(g, op, true)
+    }
+
+    fn commit_with<G: PageWrite>(&self, g: &mut G, op: &mut OpContext, or_split: bool) -> bool {
         // Debug builds check each page's own structure at every commit, so a
         // bad change is caught where it is made, not by a later reader.
         #[cfg(debug_assertions)]
@@ -390,7 +400,12 @@ impl<S: PageStore> BTree<S> {
         {
             panic!("commit of a malformed page: {e}");
         }
-        let fits = g.commit(op) == Fit::Fits;
+        let fit = if or_split {
+            g.commit_or_split(op)
+        } else {
+            g.commit(op)
+        };
+        let fits = fit == Fit::Fits;
         if self.config.compressed {
             self.zip_pad.note(fits, self.page_size());
         }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use barracuda_base::{Geometry, Lsn, PageId};
 use barracuda_codec::{
-    BlockCodec, Codec, CompressionStats, PAGE_HEADER_RESERVED_BYTES, PatchOutcome,
+    BlockCodec, Codec, CompressionStats, FitGuess, PAGE_HEADER_RESERVED_BYTES, PatchOutcome,
 };
 use barracuda_io::{AlignedBuf, BlockFile, CompletionSender, IoRequest};
 use parking_lot::Mutex;
@@ -36,6 +36,9 @@ pub struct CodecService {
     trials: Mutex<Vec<Trial>>,
     /// Compressions answered from `trials`.
     reused: AtomicU64,
+    /// How this tree's pages compressed lately, for
+    /// [`PageCodec::compress_guessing`] and trials.
+    guess: FitGuess,
 }
 
 /// A page compressed to see whether it fits, and the block it gave: a
@@ -78,6 +81,7 @@ impl CodecService {
             packing: AtomicBool::new(false),
             trials: Mutex::new(Vec::with_capacity(TRIALS_KEPT)),
             reused: AtomicU64::new(0),
+            guess: FitGuess::new(),
         })
     }
 
@@ -97,6 +101,8 @@ impl CodecService {
         (lsn, packed)
     }
 
+    /// Compresses afresh; `guessing`: a page fuller than its block that
+    /// recent pages say cannot fit is not compressed (`DoesNotFit`).
     fn compress_fresh(
         &self,
         page_id: PageId,
@@ -104,13 +110,17 @@ impl CodecService {
         lsn: Lsn,
         packed: bool,
         block: &mut [u8],
+        guessing: bool,
     ) -> Result<CompressOutcome> {
+        let guess = guessing.then_some(&self.guess);
         let outcome = self.with_context(page_id, |c| {
-            if packed {
-                c.compress_reserving(page, page_id, lsn, block, 0)
+            // An uncompressed block has no modification log to keep room for.
+            let reserve = if packed || self.geometry.is_uncompressed() {
+                0
             } else {
-                c.compress(page, page_id, lsn, block)
-            }
+                barracuda_codec::log_reserve_bytes(block.len())
+            };
+            c.compress_guessing(page, page_id, lsn, block, reserve, guess)
         })?;
         Ok(match outcome {
             barracuda_codec::CompressOutcome::Fits { .. } => CompressOutcome::Fits,
@@ -154,8 +164,14 @@ impl CodecService {
     }
 }
 
-impl PageCodec for CodecService {
-    fn compress(&self, page_id: PageId, page: &[u8], block: &mut [u8]) -> Result<CompressOutcome> {
+impl CodecService {
+    fn compress_or_guess(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        block: &mut [u8],
+        guessing: bool,
+    ) -> Result<CompressOutcome> {
         let (lsn, packed) = self.destination(block);
         if self.take_trial(page_id, packed, page, block) {
             barracuda_codec::seal(block, lsn)
@@ -163,7 +179,22 @@ impl PageCodec for CodecService {
             self.reused.fetch_add(1, Ordering::Relaxed);
             return Ok(CompressOutcome::Fits);
         }
-        self.compress_fresh(page_id, page, lsn, packed, block)
+        self.compress_fresh(page_id, page, lsn, packed, block, guessing)
+    }
+}
+
+impl PageCodec for CodecService {
+    fn compress(&self, page_id: PageId, page: &[u8], block: &mut [u8]) -> Result<CompressOutcome> {
+        self.compress_or_guess(page_id, page, block, false)
+    }
+
+    fn compress_guessing(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        block: &mut [u8],
+    ) -> Result<CompressOutcome> {
+        self.compress_or_guess(page_id, page, block, true)
     }
 
     fn compress_trial(
@@ -171,9 +202,12 @@ impl PageCodec for CodecService {
         page_id: PageId,
         page: &[u8],
         block: &mut [u8],
+        guessing: bool,
     ) -> Result<CompressOutcome> {
         let (lsn, packed) = self.destination(block);
-        let outcome = self.compress_fresh(page_id, page, lsn, packed, block)?;
+        // A guessed no costs the split a less full page, never a broken
+        // promise: a yes always comes from a real compression.
+        let outcome = self.compress_fresh(page_id, page, lsn, packed, block, guessing)?;
         if outcome == CompressOutcome::Fits {
             let mut trials = self.trials.lock();
             // The oldest trial's buffers take the new one, once all are kept.
@@ -244,6 +278,8 @@ impl PageCodec for CodecService {
             compress_ops_ok: row.compress_ops_ok,
             compress_time_us: row.compress_time_ns / 1000,
             compress_reused: self.reused.load(Ordering::Relaxed),
+            sparse_ops: row.sparse_ops,
+            guessed_unfit: row.guessed_unfit,
             uncompress_ops: row.uncompress_ops,
             uncompress_time_us: row.uncompress_time_ns / 1000,
         }
@@ -560,7 +596,7 @@ mod tests {
     /// `trial`), which must fit.
     fn fits(codec: &CodecService, id: u64, seed: u8, block: &mut [u8], trial: bool) {
         let outcome = if trial {
-            codec.compress_trial(PageId(id), &page(seed), block)
+            codec.compress_trial(PageId(id), &page(seed), block, false)
         } else {
             codec.compress(PageId(id), &page(seed), block)
         };
