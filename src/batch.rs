@@ -24,10 +24,10 @@ const PREFETCH_OPS_MIN: usize = barracuda_btree::PREFETCH_SAMPLE_KEYS;
 /// logged, and no checkpoint can pass it, so its worst case (three pages
 /// per operation) must fit in half of each tree's pool, and its log size
 /// in half the log budget (`log_bytes / 2`, where each operation counts three
-/// page images): with the default log, 907 puts of 150 bytes with the
-/// default trees and pool (the pool's bound), 2,644 with a 1 GiB pool, and
-/// 1,332 with uncompressed 16 KiB pages and a 1 GiB pool (the log's). A
-/// larger batch is refused with [`Error::BatchTooLarge`] before anything
+/// page images): with the default log (as large as the pool, at least
+/// 128 MiB), 907 puts of 150 bytes with the default trees and pool, 7,279
+/// with a 1 GiB pool, and 5,458 with uncompressed 16 KiB pages and a 1 GiB
+/// pool. A larger batch is refused with [`Error::BatchTooLarge`] before anything
 /// changes.
 /// [`Tree::batch_ops_max`] says how many operations of a given size fit.
 ///

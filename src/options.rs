@@ -193,7 +193,8 @@ pub struct Options {
     pub(crate) log_flush_interval: Duration,
     pub(crate) checkpoint_interval: Duration,
     pub(crate) idle_checkpoint: Option<Duration>,
-    pub(crate) log_bytes: u64,
+    /// `None`: [`Options::log_bytes`]'s default, which follows the pool.
+    pub(crate) log_bytes: Option<u64>,
     pub(crate) device_latency: Duration,
     pub(crate) default_tree: TreeOptions,
     pub(crate) file_wrapper: Option<FileWrapper>,
@@ -219,7 +220,7 @@ impl Default for Options {
             log_flush_interval: /* InnoDB's flush_log_at_trx_commit=2 */ Duration::from_secs(1),
             checkpoint_interval: Duration::from_secs(10),
             idle_checkpoint: Some(Duration::from_secs(1)),
-            log_bytes: /* 128 MiB */ crate::wal::LOG_BYTES_DEFAULT,
+            log_bytes: None,
             device_latency: Duration::ZERO,
             default_tree: TreeOptions::default(),
             file_wrapper: None,
@@ -403,12 +404,30 @@ impl Options {
     /// for one. The log is in segment files (`wal-<LSN>.log`) that each
     /// checkpoint deletes up to itself, so its files hold what was logged
     /// since the last checkpoint began, a few MiB ahead at most, not this
-    /// much. Any value works for an existing database. Default = 128 MiB;
-    /// 1 MiB to 1 TiB.
+    /// much. Any value works for an existing database. Default = the
+    /// buffer pool's budget ([`Options::buffer_pool_bytes`]), at least
+    /// 128 MiB: a checkpoint writes the pool's dirty pages, so with a log
+    /// of the pool's size it writes each page at most once per half a
+    /// pool of log, where a smaller log rewrites a tree that fits the pool
+    /// at every checkpoint, and a large load (whose checkpoints grow in
+    /// number with its size) then costs more per record the larger it is.
+    /// The price is the log a crash replays: up to half of it. 1 MiB to
+    /// 1 TiB.
     #[must_use]
     pub fn log_bytes(mut self, log_bytes: u64) -> Self {
-        self.log_bytes = log_bytes;
+        self.log_bytes = Some(log_bytes);
         self
+    }
+
+    /// [`Options::log_bytes`], its default resolved.
+    pub(crate) fn log_bytes_or_default(&self) -> u64 {
+        self.log_bytes.unwrap_or_else(|| {
+            let pool = u64::try_from(self.buffer_pool_bytes).unwrap_or(u64::MAX);
+            // An invalid pool size is reported as itself, not as the log's.
+            crate::wal::LOG_BYTES_DEFAULT
+                .max(pool)
+                .min(crate::wal::LOG_BYTES_MAX)
+        })
     }
 
     /// Adds this latency to every data-file read and write (through the
@@ -518,11 +537,11 @@ impl Options {
                 self.io_queue_depth
             ));
         }
-        if !(LOG_BYTES_MIN..=crate::wal::LOG_BYTES_MAX).contains(&self.log_bytes) {
+        let log_bytes = self.log_bytes_or_default();
+        if !(LOG_BYTES_MIN..=crate::wal::LOG_BYTES_MAX).contains(&log_bytes) {
             return invalid(format!(
-                "log_bytes must be 1 MiB..=1 TiB ({LOG_BYTES_MIN}..={}), not {}",
+                "log_bytes must be 1 MiB..=1 TiB ({LOG_BYTES_MIN}..={}), not {log_bytes}",
                 crate::wal::LOG_BYTES_MAX,
-                self.log_bytes
             ));
         }
         if !(BUFFER_POOL_BYTES_MIN..=BUFFER_POOL_BYTES_MAX).contains(&self.buffer_pool_bytes) {

@@ -47,7 +47,7 @@ impl Options {
 
     /// The write-ahead log's options.
     pub(crate) fn wal_options(&self) -> WalOptions {
-        WalOptions::default().log_bytes(self.log_bytes)
+        WalOptions::default().log_bytes(self.log_bytes_or_default())
     }
 
     /// The options of the buffer pool of a tree whose blocks have

@@ -54,7 +54,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         TreeOptions::default().compression(Compression::None)
     };
-    let db = Db::options()
+    let mut options = Db::options();
+    // PROFILE_ROWS_LOG_MIB=N: the log budget (`Options::log_bytes`), MiB.
+    if let Some(mib) = std::env::var("PROFILE_ROWS_LOG_MIB").ok() {
+        options = options.log_bytes(mib.parse::<u64>()? << 20);
+    }
+    let db = options
         .default_tree_options(tree_options)
         .buffer_pool_bytes(1 << 30)
         .durability(Durability::Sync)
