@@ -56,7 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut options = Db::options();
     // PROFILE_ROWS_LOG_MIB=N: the log budget (`Options::log_bytes`), MiB.
-    if let Some(mib) = std::env::var("PROFILE_ROWS_LOG_MIB").ok() {
+    if let Ok(mib) = std::env::var("PROFILE_ROWS_LOG_MIB") {
         options = options.log_bytes(mib.parse::<u64>()? << 20);
     }
     let db = options
