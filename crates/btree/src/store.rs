@@ -130,7 +130,7 @@ pub struct OpContext {
     /// random writes after it would split them all again.
     pub half_splits: bool,
     /// Fits are asked exactly: a store may not guess that compression
-    /// cannot make a page fit its block ([`PageWrite::commit_or_split`],
+    /// cannot make a page fit its block ([`PageWrite::try_commit`],
     /// [`PageStore::would_fit`]). Set for the second try of an insert
     /// that did not fit with guesses, which a guess wrong for this page's
     /// kind of data (keys among values that do not compress) can cause.
@@ -295,13 +295,14 @@ pub trait PageWrite: Deref<Target = [u8]> {
     /// pending patches into `op` or rolls the page back (see [`Fit`]).
     fn commit(&mut self, op: &mut OpContext) -> Fit;
 
-    /// [`PageWrite::commit`] for a change the tree undoes by splitting the
-    /// page when it does not fit (an insert into a leaf): a store may
-    /// answer `DoesNotFit` without compressing a page fuller than its
-    /// block when its recent pages say compression cannot make it fit.
+    /// [`PageWrite::commit`] for a change the tree answers another way when
+    /// it does not fit (an insert by splitting the leaf, a delete by
+    /// compacting it): a store may answer `DoesNotFit` without compressing
+    /// a page fuller than its block when its recent pages say compression
+    /// cannot make it fit.
     /// Never for a change whose fit was promised by
     /// [`PageStore::would_fit`]. The default commits.
-    fn commit_or_split(&mut self, op: &mut OpContext) -> Fit {
+    fn try_commit(&mut self, op: &mut OpContext) -> Fit {
         self.commit(op)
     }
 

@@ -259,7 +259,7 @@ impl BlockCodec {
                     compressed_len: len,
                 });
             }
-            if guess.is_some_and(|guess| guess.hopeless(len, room)) {
+            if guess.is_some_and(|guess| guess.hopeless(body[0], len, room)) {
                 self.stats.record_guessed(self.geometry.block_size());
                 return Ok(CompressOutcome::DoesNotFit {
                     needed_bytes: BLOCK_HEADER_BYTES + len + reserve_bytes,
@@ -270,7 +270,7 @@ impl BlockCodec {
             .engines
             .compress(codec_id, page_id, body, &mut self.scratch)?;
         if let (Some(guess), Some(sparse_len)) = (guess, sparse_len) {
-            guess.learn(sparse_len, compressed_len);
+            guess.learn(body[0], sparse_len, compressed_len);
         }
         let needed_bytes = BLOCK_HEADER_BYTES + compressed_len + reserve_bytes;
         let outcome = if needed_bytes <= block.len() {

@@ -15,6 +15,9 @@
 //! [`GUESS_TRY_EVERY`] is tried anyway, so that data that starts to
 //! compress is noticed.
 //!
+//! Pages are guessed by kind (the first byte of the body, the B+tree's
+//! page type): [`GUESS_CLASSES`].
+//!
 //! A guess may only say "does not fit" where that is a normal outcome the
 //! caller handles by splitting. Recovery, which must make the commits the
 //! original run made, never guesses.
@@ -34,10 +37,50 @@ const INCOMPRESSIBLE_RATIO: u64 = ONE * 15 / 16;
 /// One page in this many of those guessed hopeless is compressed anyway.
 pub const GUESS_TRY_EVERY: u32 = 64;
 
-/// The recent compressibility of one tree's pages, shared by its threads
-/// (relaxed atomics: a guess may read a ratio being updated; it is a guess).
-#[derive(Debug)]
+/// Kinds of pages a guess tells apart, by the first byte of the page body
+/// modulo this: the B+tree's page type (1 leaf, 2 internal, 3 overflow).
+/// A tree's kinds of pages compress differently (random values do not; the
+/// keys and child ids of its internal pages do), and one average over them
+/// would be right for none.
+pub const GUESS_CLASSES: usize = 4;
+
+/// The recent compressibility of one tree's pages, per kind of page
+/// ([`GUESS_CLASSES`]), shared by its threads.
+#[derive(Debug, Default)]
 pub struct FitGuess {
+    classes: [ClassGuess; GUESS_CLASSES],
+}
+
+impl FitGuess {
+    /// No history: see [`ClassGuess::new`].
+    #[must_use]
+    pub fn new() -> FitGuess {
+        FitGuess::default()
+    }
+
+    /// Whether compressing a page whose body starts with `first_byte` and
+    /// whose sparse image is `sparse_len` bytes is not worth trying for
+    /// `room` bytes of block.
+    #[must_use]
+    pub fn hopeless(&self, first_byte: u8, sparse_len: usize, room: usize) -> bool {
+        self.class(first_byte).hopeless(sparse_len, room)
+    }
+
+    /// Learns from a page whose body starts with `first_byte`, compressed
+    /// to `compressed_len` bytes from a sparse image of `sparse_len`.
+    pub fn learn(&self, first_byte: u8, sparse_len: usize, compressed_len: usize) {
+        self.class(first_byte).learn(sparse_len, compressed_len);
+    }
+
+    fn class(&self, first_byte: u8) -> &ClassGuess {
+        &self.classes[usize::from(first_byte) % GUESS_CLASSES]
+    }
+}
+
+/// The recent compressibility of one kind of page (relaxed atomics: a
+/// guess may read a ratio being updated; it is a guess).
+#[derive(Debug)]
+struct ClassGuess {
     /// Average compressed length / sparse length, in 1/65536.
     ratio: AtomicU32,
     /// Average distance of a ratio from the average, in 1/65536.
@@ -46,19 +89,19 @@ pub struct FitGuess {
     hopeless: AtomicU32,
 }
 
-impl Default for FitGuess {
+impl Default for ClassGuess {
     fn default() -> Self {
-        FitGuess::new()
+        ClassGuess::new()
     }
 }
 
-impl FitGuess {
+impl ClassGuess {
     /// No history: the first pages are compressed, whatever their size,
     /// until their ratios say otherwise (the average starts at 0, so a page
     /// guesses hopeless only once compressions have raised it).
     #[must_use]
-    pub fn new() -> FitGuess {
-        FitGuess {
+    fn new() -> ClassGuess {
+        ClassGuess {
             ratio: AtomicU32::new(0),
             spread: AtomicU32::new(0),
             hopeless: AtomicU32::new(0),
@@ -68,7 +111,7 @@ impl FitGuess {
     /// Whether compressing a page of `sparse_len` bytes stored sparse is
     /// not worth trying for `room` bytes of block.
     #[must_use]
-    pub fn hopeless(&self, sparse_len: usize, room: usize) -> bool {
+    fn hopeless(&self, sparse_len: usize, room: usize) -> bool {
         let ratio = u64::from(self.ratio.load(Ordering::Relaxed));
         let spread = u64::from(self.spread.load(Ordering::Relaxed));
         let optimistic = ratio.saturating_sub(2 * spread);
@@ -84,7 +127,7 @@ impl FitGuess {
 
     /// Learns from a page compressed to `compressed_len` bytes whose sparse
     /// image was `sparse_len` bytes.
-    pub fn learn(&self, sparse_len: usize, compressed_len: usize) {
+    fn learn(&self, sparse_len: usize, compressed_len: usize) {
         if sparse_len == 0 {
             return;
         }
@@ -111,8 +154,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn incompressible_pages_are_guessed_hopeless_and_still_sampled() {
+    fn kinds_of_pages_are_guessed_apart() {
         let guess = FitGuess::new();
+        for _ in 0..20 {
+            guess.learn(1, 8_000, 8_050);
+            guess.learn(2, 8_000, 5_000);
+        }
+        let leaves = (0..GUESS_TRY_EVERY)
+            .filter(|_| !guess.hopeless(1, 8_200, 7_600))
+            .count();
+        assert_eq!(leaves, 1, "random leaves: sampled only");
+        assert!(
+            (0..100).all(|_| !guess.hopeless(2, 8_200, 7_600)),
+            "internal pages compress"
+        );
+        assert!(
+            (0..100).all(|_| !guess.hopeless(3, 8_200, 7_600)),
+            "overflow pages: no history"
+        );
+    }
+
+    #[test]
+    fn incompressible_pages_are_guessed_hopeless_and_still_sampled() {
+        let guess = ClassGuess::new();
         // No history: everything is tried.
         assert!(!guess.hopeless(20_000, 7_000));
         for _ in 0..20 {
@@ -129,7 +193,7 @@ mod tests {
 
     #[test]
     fn pages_that_save_less_than_a_sixteenth_are_not_compressed() {
-        let nearly = FitGuess::new();
+        let nearly = ClassGuess::new();
         for _ in 0..20 {
             // 0.95: a compression would fit a page 5% over its room.
             nearly.learn(8_000, 7_600);
@@ -138,7 +202,7 @@ mod tests {
             .filter(|_| !nearly.hopeless(7_900, 7_600))
             .count();
         assert_eq!(tried, 1);
-        let some = FitGuess::new();
+        let some = ClassGuess::new();
         for _ in 0..20 {
             some.learn(8_000, 7_200);
         }
@@ -150,7 +214,7 @@ mod tests {
 
     #[test]
     fn compressible_pages_are_tried_up_to_their_ratio_and_spread() {
-        let guess = FitGuess::new();
+        let guess = ClassGuess::new();
         for i in 0..40 {
             // Ratios 0.45 to 0.55.
             guess.learn(10_000, 4_500 + (i % 11) * 100);
@@ -165,7 +229,7 @@ mod tests {
 
     #[test]
     fn data_that_starts_to_compress_is_noticed() {
-        let guess = FitGuess::new();
+        let guess = ClassGuess::new();
         for _ in 0..50 {
             guess.learn(8_000, 8_100);
         }

@@ -79,5 +79,5 @@ pub use format::{
     PAGE_HEADER_RESERVED_BYTES, PatchOutcome, UNKNOWN_PAGE_ID, append_patch, block_checksum,
     check_invariants, header_lsn, log_entries, read_header, seal, verify,
 };
-pub use guess::{FitGuess, GUESS_TRY_EVERY};
+pub use guess::{FitGuess, GUESS_CLASSES, GUESS_TRY_EVERY};
 pub use stats::{BlockSizeStats, CompressionStats, CompressionStatsSnapshot};

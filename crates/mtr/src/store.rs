@@ -537,7 +537,7 @@ impl PageWrite for PoolExclusive<'_> {
         self.commit_or_guess(op, false)
     }
 
-    fn commit_or_split(&mut self, op: &mut OpContext) -> Fit {
+    fn try_commit(&mut self, op: &mut OpContext) -> Fit {
         let guessing = !op.exact_fit;
         self.commit_or_guess(op, guessing)
     }

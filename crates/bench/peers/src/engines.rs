@@ -8,6 +8,11 @@ use anyhow::{Context, Result, bail};
 /// Engines this build knows, in table order.
 pub const ENGINE_NAMES: &[&str] = &["barracuda", "redb", "lmdb", "rocksdb", "sled", "fjall"];
 
+/// Barracuda with uncompressed pages instead of its default trees: a
+/// labelled column of workload 1 (`--engines barracuda,barracuda-uncompressed,...`),
+/// not one of the defaults.
+pub const BARRACUDA_UNCOMPRESSED: &str = "barracuda-uncompressed";
+
 /// One write in a transaction.
 pub enum Op {
     /// Set key to value.
@@ -55,8 +60,9 @@ pub struct Setup {
     /// compressible values: zstd by default).
     pub barracuda_tree: barracuda::TreeOptions,
     /// Barracuda only: the most log it keeps after its last checkpoint
-    /// (`Options::log_bytes`); its files hold only the log since then.
-    pub barracuda_log_bytes: u64,
+    /// (`Options::log_bytes`; `None`: its default); its files hold only the
+    /// log since then.
+    pub barracuda_log_bytes: Option<u64>,
     /// Barracuda only: its I/O backend (`Options::io_backend`).
     pub barracuda_io: barracuda_io::Backend,
     /// Barracuda only: `Options::flush_method`.
@@ -82,7 +88,7 @@ pub struct Setup {
 pub fn open(name: &str, setup: &Setup) -> Result<Box<dyn Engine>> {
     std::fs::create_dir_all(&setup.dir).context("create data directory")?;
     Ok(match name {
-        "barracuda" => Box::new(BarracudaEngine::open(setup)?),
+        "barracuda" | BARRACUDA_UNCOMPRESSED => Box::new(BarracudaEngine::open(setup)?),
         "redb" => Box::new(RedbEngine::open(setup)?),
         "lmdb" => Box::new(LmdbEngine::open(setup)?),
         "sled" => Box::new(SledEngine::open(setup)?),
@@ -123,9 +129,12 @@ struct BarracudaEngine {
 
 impl BarracudaEngine {
     fn open(setup: &Setup) -> Result<Self> {
-        let db = barracuda::Db::options()
+        let mut options = barracuda::Db::options();
+        if let Some(log_bytes) = setup.barracuda_log_bytes {
+            options = options.log_bytes(log_bytes);
+        }
+        let db = options
             .default_tree_options(setup.barracuda_tree.clone())
-            .log_bytes(setup.barracuda_log_bytes)
             .io_backend(setup.barracuda_io)
             .flush_method(setup.barracuda_flush)
             .os_cache_tier(setup.barracuda_os_cache_tier)

@@ -91,7 +91,11 @@ impl<S: PageStore> BTree<S> {
                         page::flags(p) | FLAG_GROWING
                     }
                 });
-                if self.commit(&mut leaf, op) {
+                // A delete leaves its record's bytes in the heap: the page's
+                // sparse image does not shrink, and a page that was fuller
+                // than its block must compress to take the change. If it
+                // cannot, the path below compacts it.
+                if self.try_commit(&mut leaf, op) {
                     self.free_chain_of(op, chain)?;
                     return Ok(true);
                 }
@@ -166,7 +170,7 @@ impl<S: PageStore> BTree<S> {
                 page::flags(p) & !FLAG_GROWING
             }
         });
-        if !self.commit(leaf, op) {
+        if !self.try_commit(leaf, op) {
             // Removing a record can make the page compress worse, or meet a
             // full modification log: rebuild it compactly, which drops the
             // removed bytes.

@@ -162,7 +162,7 @@ impl<S: PageStore> BTree<S> {
             }
         }
         self.mark_if_sparse(leaf);
-        if !self.commit_or_split(leaf, op) {
+        if !self.try_commit(leaf, op) {
             return Ok(LeafOutcome::Unfit);
         }
         if let Some((_, _, chain)) = old {

@@ -383,9 +383,9 @@ impl<S: PageStore> BTree<S> {
         self.commit_with(g, op, false)
     }
 
-    /// [`BTree::commit`] of a change that splits the page when it does not
-    /// fit ([`PageWrite::commit_or_split`]).
-    fn commit_or_split<G: PageWrite>(&self, g: &mut G, op: &mut OpContext) -> bool {
+    /// [`BTree::commit`] of a change the tree answers another way when it
+    /// does not fit ([`PageWrite::try_commit`]).
+    fn try_commit<G: PageWrite>(&self, g: &mut G, op: &mut OpContext) -> bool {
         self.commit_with(g, op, true)
     }
 
@@ -401,7 +401,7 @@ impl<S: PageStore> BTree<S> {
             panic!("commit of a malformed page: {e}");
         }
         let fit = if or_split {
-            g.commit_or_split(op)
+            g.try_commit(op)
         } else {
             g.commit(op)
         };
