@@ -52,7 +52,8 @@ pub struct FitGuess {
 }
 
 impl FitGuess {
-    /// No history: see [`ClassGuess::new`].
+    /// No history: every page is compressed until compressions of its
+    /// kind say otherwise.
     #[must_use]
     pub fn new() -> FitGuess {
         FitGuess::default()
