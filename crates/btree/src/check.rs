@@ -152,7 +152,7 @@ impl<S: PageStore> BTree<S> {
         // Variable-length records make the exact threshold unreachable after
         // a redistribution; one maximal record of slack is allowed.
         let slack = self.record_bytes_max(page::is_leaf(p));
-        let floor = self.threshold_bytes().saturating_sub(slack);
+        let floor = self.merge_floor_bytes().saturating_sub(slack);
         if page::used_bytes(p) < floor {
             return Err(violation(
                 id,

@@ -355,8 +355,27 @@ impl<S: PageStore> BTree<S> {
         self.page_size() - self.zip_pad_bytes()
     }
 
+    /// Below this many used bytes a page is underfull and merges: the
+    /// merge threshold of what a page may hold now ([`BTree::limit_bytes`]).
+    /// A compressed tree whose data does not compress holds at most its
+    /// block's worth per page, and its compression pad says so; against the
+    /// whole page, every such page would be underfull from its first
+    /// record, and every delete would rebalance.
     pub(crate) fn threshold_bytes(&self) -> usize {
-        self.page_size() * usize::from(self.config.merge_threshold_percent) / 100
+        self.limit_bytes() * usize::from(self.config.merge_threshold_percent) / 100
+    }
+
+    /// The lowest [`BTree::threshold_bytes`] can be, with the largest pad:
+    /// the fill a page that is not growing never goes below (less a
+    /// record), whatever the pad was when it last changed. What
+    /// `check_invariants` checks.
+    pub(crate) fn merge_floor_bytes(&self) -> usize {
+        let pad_max = if self.config.compressed {
+            self.page_size() * ZIP_PAD_MAX_PERCENT / 100
+        } else {
+            0
+        };
+        (self.page_size() - pad_max) * usize::from(self.config.merge_threshold_percent) / 100
     }
 
     /// Below this many used bytes, an underfull page that cannot merge with
