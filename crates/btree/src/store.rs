@@ -560,6 +560,14 @@ pub trait FitCheck: Send + Sync {
 
     /// What [`FitCheck::commit`] would answer, without changing `block`.
     fn would_commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &[u8]) -> bool;
+
+    /// Whether a store that guesses, as the buffer pool's does, answers
+    /// `page` does-not-fit without checking, for [`PageWrite::try_commit`]
+    /// and [`PageStore::would_fit`] outside [`OpContext::exact_fit`]. The
+    /// default never guesses; a test store may guess wrong.
+    fn guesses_unfit(&self, _page: &[u8]) -> bool {
+        false
+    }
 }
 
 /// Uncompressed pages: everything fits.
@@ -865,13 +873,7 @@ impl<F: FitCheck> PageWrite for MemExclusive<'_, F> {
                 .fit
                 .commit(self.page_id, &frame.page, &self.pending, &mut frame.block);
         if !fits {
-            for patch in self.undo.drain(..).rev() {
-                let start = patch.offset as usize;
-                frame.page[start..start + patch.bytes.len()].copy_from_slice(&patch.bytes);
-            }
-            self.pending.clear();
-            self.store.fit_failure_count.fetch_add(1, Ordering::Relaxed);
-            return Fit::DoesNotFit;
+            return self.roll_back();
         }
         self.undo.clear();
         op.commit_page(
@@ -882,6 +884,30 @@ impl<F: FitCheck> PageWrite for MemExclusive<'_, F> {
         );
         self.pending.clear();
         Fit::Fits
+    }
+
+    fn try_commit(&mut self, op: &mut OpContext) -> Fit {
+        if !op.exact_fit
+            && !self.pending.is_empty()
+            && self.store.fit.guesses_unfit(&self.guard.page)
+        {
+            return self.roll_back();
+        }
+        self.commit(op)
+    }
+}
+
+impl<F: FitCheck> MemExclusive<'_, F> {
+    /// Undoes the pending patches of a commit that did not fit.
+    fn roll_back(&mut self) -> Fit {
+        let frame = &mut *self.guard;
+        for patch in self.undo.drain(..).rev() {
+            let start = patch.offset as usize;
+            frame.page[start..start + patch.bytes.len()].copy_from_slice(&patch.bytes);
+        }
+        self.pending.clear();
+        self.store.fit_failure_count.fetch_add(1, Ordering::Relaxed);
+        Fit::DoesNotFit
     }
 }
 
@@ -975,9 +1001,12 @@ impl<F: FitCheck> PageStore for MemStore<F> {
         &self,
         guard: &MemExclusive<'_, F>,
         image: &[u8],
-        _: &mut OpContext,
+        op: &mut OpContext,
     ) -> Result<bool> {
         debug_assert!(guard.pending.is_empty(), "would_fit with pending patches");
+        if !op.exact_fit && self.fit.guesses_unfit(image) {
+            return Ok(false);
+        }
         let mut recorder = PatchRecorder::new(guard.page_id, &guard.guard.page);
         recorder.write_diff(image);
         let frame = &*guard.guard;

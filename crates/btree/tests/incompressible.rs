@@ -9,14 +9,16 @@
 
 mod common;
 
+use barracuda_base::PageId;
 use barracuda_base::{BlockSize, Geometry};
-use barracuda_btree::store::CodecBlocks;
+use barracuda_btree::store::{CodecBlocks, FitCheck, Patch};
 use barracuda_btree::{BTree, Error, MemStore, SplitPolicy, TreeConfig};
 use barracuda_codec::Codec;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Steps per run: enough for a tree of a few levels on 2 KiB blocks.
 const STEPS: usize = 3_000;
@@ -44,6 +46,66 @@ fn random_value(rng: &mut SmallRng, random_percent: u32, page_size_bytes: usize)
 fn run(page_size_bytes: usize, block: BlockSize, random_percent: u32, seed: u64) -> Counts {
     let geometry = Geometry::new(page_size_bytes, block).unwrap();
     let fit = CodecBlocks::new(Codec::zlib_default(), geometry).unwrap();
+    run_on(fit, page_size_bytes, block, random_percent, seed)
+}
+
+/// Real blocks whose store guesses wrong: every page it is asked about
+/// without `OpContext::exact_fit` "cannot fit" (the buffer pool guesses
+/// from the tree's recent pages, which can be wrong for a page of another
+/// kind of data). Every split is then refused, and the tree must try the
+/// operation again asking exactly.
+struct WrongGuesses {
+    blocks: CodecBlocks,
+    guesses: Arc<AtomicU64>,
+}
+
+impl FitCheck for WrongGuesses {
+    fn commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &mut Vec<u8>) -> bool {
+        self.blocks.commit(page_id, page, patches, block)
+    }
+
+    fn would_commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &[u8]) -> bool {
+        self.blocks.would_commit(page_id, page, patches, block)
+    }
+
+    fn guesses_unfit(&self, _page: &[u8]) -> bool {
+        self.guesses.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+}
+
+/// Wrong guesses cost tries, never an operation or a byte: the same runs
+/// as above complete as they do with a store that never guesses.
+#[test]
+fn wrong_guesses_are_tried_again_exactly() {
+    for (page_size_bytes, block, random_percent) in [
+        (4 << 10, BlockSize::Kib2, 90),
+        (4 << 10, BlockSize::Kib2, 30),
+        (16 << 10, BlockSize::Kib4, 30),
+    ] {
+        let geometry = Geometry::new(page_size_bytes, block).unwrap();
+        let guesses = Arc::new(AtomicU64::new(0));
+        let wrong = WrongGuesses {
+            blocks: CodecBlocks::new(Codec::zlib_default(), geometry).unwrap(),
+            guesses: Arc::clone(&guesses),
+        };
+        let exact = run(page_size_bytes, block, random_percent, 7);
+        let guessed = run_on(wrong, page_size_bytes, block, random_percent, 7);
+        assert_eq!(
+            guessed.failed_ops, exact.failed_ops,
+            "{page_size_bytes} / {block:?}"
+        );
+        assert!(guesses.load(Ordering::Relaxed) > 0);
+    }
+}
+
+fn run_on<F: FitCheck + 'static>(
+    fit: F,
+    page_size_bytes: usize,
+    block: BlockSize,
+    random_percent: u32,
+    seed: u64,
+) -> Counts {
     let store = Arc::new(MemStore::with_fit(page_size_bytes, fit).unwrap());
     let policy = [
         SplitPolicy::Adaptive,

@@ -99,13 +99,11 @@ impl Engines {
                 c.compress_to_buffer(input, out)
                     .map_err(|e| failed(e.to_string()))
             }
-            CodecId::Sparse => {
-                let hole = sparse::longest_zero_run(input);
-                if out.len() < sparse::SPARSE_HEADER_BYTES + input.len() - hole.1 {
-                    return Err(failed("output buffer too small".into()));
-                }
-                Ok(sparse::store(input, hole, out))
-            }
+            // Not a policy: `BlockCodec` stores a page sparse when it fits so,
+            // before any engine runs.
+            CodecId::Sparse => Err(failed(
+                "sparse images are not compressed by an engine".into(),
+            )),
         }
     }
 
