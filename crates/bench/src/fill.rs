@@ -116,6 +116,7 @@ struct FillResult {
     pages_per_level: Vec<u64>,
     splits_half: u64,
     splits_sequential: u64,
+    shifts: u64,
     patch_bytes_per_insert: f64,
     inserts_per_second: f64,
 }
@@ -290,6 +291,7 @@ fn run_one(
         pages_per_level: stats.pages_per_level,
         splits_half: stats.splits.half,
         splits_sequential: stats.splits.sequential,
+        shifts: stats.splits.shifts,
         // The first operation created the root.
         patch_bytes_per_insert: store_stats.patch_bytes as f64 / keys.len().max(1) as f64,
         inserts_per_second: keys.len() as f64 / elapsed_s.max(1e-9),
@@ -306,6 +308,10 @@ fn print_legend_and_verdict(results: &[FillResult]) {
         (
             "split_half, split_seq",
             "leaf splits at the middle, and at the insert point (sequential)",
+        ),
+        (
+            "shifts",
+            "full leaves that gave records to a sibling instead of splitting",
         ),
         ("patch_B/ins", "bytes of page changes logged per insert"),
     ]);
@@ -326,7 +332,7 @@ fn print_legend_and_verdict(results: &[FillResult]) {
 
 fn print_table(results: &[FillResult]) {
     println!(
-        "{:<12} {:<18} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>12} {:>11}",
+        "{:<12} {:<18} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>7} {:>12} {:>11}",
         "pattern",
         "policy",
         "rows",
@@ -335,12 +341,13 @@ fn print_table(results: &[FillResult]) {
         "height",
         "split_half",
         "split_seq",
+        "shifts",
         "patch_B/ins",
         "inserts/s"
     );
     for r in results {
         println!(
-            "{:<12} {:<18} {:>9} {:>9.3} {:>10} {:>6} {:>10} {:>10} {:>12.1} {:>11.0}",
+            "{:<12} {:<18} {:>9} {:>9.3} {:>10} {:>6} {:>10} {:>10} {:>7} {:>12.1} {:>11.0}",
             r.pattern,
             r.policy,
             r.rows,
@@ -349,6 +356,7 @@ fn print_table(results: &[FillResult]) {
             r.height,
             r.splits_half,
             r.splits_sequential,
+            r.shifts,
             r.patch_bytes_per_insert,
             r.inserts_per_second
         );

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::page::{self, FLAG_GROWING, REC_OVERFLOW, RecBuf};
 use crate::store::{OpContext, PageStore, PageWrite};
 use crate::tree::overflow::{decode_overflow_ref, overflow_chain};
-use crate::tree::split::Overfull;
+use crate::tree::split::{Overfull, cut};
 use crate::tree::{Attempt, BTree, LeafOutcome, RETRIES_MAX, SplitKind, check_key, check_value};
 
 impl<S: PageStore> BTree<S> {
@@ -185,7 +185,7 @@ impl<S: PageStore> BTree<S> {
 
     fn insert_on_path<'a>(
         &'a self,
-        path: &mut [S::Exclusive<'a>],
+        path: &mut Vec<S::Exclusive<'a>>,
         op: &mut OpContext,
         rec: RecBuf,
     ) -> Result<Attempt> {
@@ -202,13 +202,31 @@ impl<S: PageStore> BTree<S> {
             Err(_) => None,
         };
         let new_idx = recs.partition_point(|r| r.key < rec.key);
+        let key = rec.key.clone();
         recs.insert(new_idx, rec);
         let job = Overfull {
             recs,
             new_idx: Some(new_idx),
             cause,
         };
-        if let Some(first) = self.split_up(path, last, job, op)? {
+        // A full leaf may give records to a sibling instead of splitting
+        // (see `shift`), if the split policy would split it in the middle.
+        let shifted = if job.cause.is_none() && self.shifts(op) {
+            let last_insert = cut::last_insert_index(&path[last], &job.recs);
+            let mut reading = None;
+            let mut approve = || {
+                reading = self.shift_instead(last_insert, &job.recs, new_idx);
+                reading.map(|r| r.keep_new)
+            };
+            let shifted = self.shift_to_sibling(path, &job, &key, op, &mut approve)?;
+            if let (true, Some(r)) = (shifted, reading) {
+                self.note_adaptive(r.explained, r.long_run);
+            }
+            shifted
+        } else {
+            false
+        };
+        if !shifted && let Some(first) = self.split_up(path, last, job, op)? {
             return Ok(Attempt::SplitFirst(first));
         }
         if let Some(o) = &old {

@@ -13,6 +13,7 @@ mod descend;
 mod insert;
 mod overflow;
 mod read;
+mod shift;
 mod split;
 
 pub(crate) use overflow::decode_overflow_ref;
@@ -107,6 +108,7 @@ struct Counters {
     split_alone: AtomicU64,
     merges: AtomicU64,
     redistributions: AtomicU64,
+    shifts: AtomicU64,
     compression_failures: AtomicU64,
     /// `Adaptive`'s moving average of the share of its splits that no
     /// insert stream explained, in 1/65536 (see [`BTree::policy_cut`]).
@@ -144,6 +146,8 @@ pub struct SplitCounts {
     pub merges: u64,
     /// Redistributions between two siblings.
     pub redistributions: u64,
+    /// Full leaves that gave records to a sibling instead of splitting.
+    pub shifts: u64,
     /// Commits that did not fit their compressed block.
     pub compression_failures: u64,
 }
@@ -342,6 +346,7 @@ impl<S: PageStore> BTree<S> {
             alone: get(&c.split_alone),
             merges: get(&c.merges),
             redistributions: get(&c.redistributions),
+            shifts: get(&c.shifts),
             compression_failures: get(&c.compression_failures),
         }
     }

@@ -43,6 +43,7 @@
 //! page in half for each.
 
 use crate::page::RecBuf;
+use std::borrow::Borrow;
 
 /// A cold part is frozen only if it holds at least this fraction (num,
 /// den) of the page's bytes: a frozen part never grows, so a small one
@@ -76,7 +77,7 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
 /// `age[i]` ranks record `i` by recency (0 = most recent).
 /// Each gap comes with the direction of its stream (true: ascending, the
 /// head is `recs[g - 1]`; false: descending, the head is `recs[g]`).
-fn hot_gaps(recs: &[RecBuf], age: &[usize]) -> Vec<(usize, bool)> {
+fn hot_gaps<R: Borrow<RecBuf>>(recs: &[R], age: &[usize]) -> Vec<(usize, bool)> {
     let n = recs.len();
     let recent = (n / RECENT_DEN).max(RECENT_MIN);
     let mut gaps = Vec::new();
@@ -87,8 +88,9 @@ fn hot_gaps(recs: &[RecBuf], age: &[usize]) -> Vec<(usize, bool)> {
         if age[i] >= recent || !newer_than(left) || !newer_than(right) {
             continue;
         }
-        let lcp_left = left.map(|j| common_prefix(&recs[j].key, &recs[i].key));
-        let lcp_right = right.map(|j| common_prefix(&recs[i].key, &recs[j].key));
+        let key = |j: usize| recs[j].borrow().key.as_slice();
+        let lcp_left = left.map(|j| common_prefix(key(j), key(i)));
+        let lcp_right = right.map(|j| common_prefix(key(i), key(j)));
         // The stream runs away from the neighbour it shares its prefix with.
         let ascending = match (lcp_left, lcp_right) {
             (Some(l), Some(r)) => l >= r,
@@ -105,15 +107,18 @@ fn hot_gaps(recs: &[RecBuf], age: &[usize]) -> Vec<(usize, bool)> {
 /// Recency ranks of `recs` by heap offset; records without one (the new
 /// record, records moved in by a split) count as the most recent, in key
 /// order.
-fn ages(recs: &[RecBuf], new_idx: Option<usize>) -> Vec<usize> {
+fn ages<R: Borrow<RecBuf>>(recs: &[R], new_idx: Option<usize>) -> Vec<usize> {
     let n = recs.len();
     let mut order: Vec<usize> = (0..n).collect();
     // Most recent first: the new record, then by heap offset descending.
-    order.sort_by_key(|&i| {
+    // Ties (records without an offset) keep key order: the index breaks
+    // them, so an unstable sort gives the stable order.
+    order.sort_unstable_by_key(|&i| {
         let newest = Some(i) == new_idx;
         (
             !newest,
-            std::cmp::Reverse(recs[i].old_offset.unwrap_or(usize::MAX)),
+            std::cmp::Reverse(recs[i].borrow().old_offset.unwrap_or(usize::MAX)),
+            i,
         )
     });
     let mut age = vec![0; n];
@@ -168,11 +173,7 @@ pub(super) fn cut(
     // Was the new record's gap predicted by the page's history?
     let next_to_last = last.is_some_and(|l| l + 1 == new_idx || new_idx + 1 == l);
     let predicted = next_to_last || {
-        let old: Vec<RecBuf> = recs[..new_idx]
-            .iter()
-            .chain(&recs[new_idx + 1..])
-            .cloned()
-            .collect();
+        let old: Vec<&RecBuf> = recs[..new_idx].iter().chain(&recs[new_idx + 1..]).collect();
         hot_gaps(&old, &ages(&old, None))
             .iter()
             .any(|g| g.0 == new_idx)

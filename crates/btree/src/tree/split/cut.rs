@@ -57,6 +57,24 @@ pub(in crate::tree) fn last_insert_index(p: &[u8], recs: &[RecBuf]) -> Option<us
         .position(|r| last != 0 && r.old_offset == Some(last))
 }
 
+/// `Adaptive`'s reading of a full leaf that shifts records to a sibling
+/// instead of splitting in the middle.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::tree) struct ShiftReading {
+    /// What to note of it ([`BTree::note_adaptive`]): a shift stands for the
+    /// split it replaces.
+    pub(in crate::tree) explained: bool,
+    pub(in crate::tree) long_run: bool,
+    /// The new record stays in the leaf: the tree's streams are long, and
+    /// where a record lands unexplained in a tree of long streams, its
+    /// stream goes on (a stream's first records in a page, say), so the
+    /// next inserts should find the leaf's room, not the sibling's. (With
+    /// short streams, moving it loses nothing: on the pattern family,
+    /// keeping it put a round-robin point of short streams 0.03 below a
+    /// middle split.)
+    pub(in crate::tree) keep_new: bool,
+}
+
 impl<S: PageStore> BTree<S> {
     /// Candidate cuts for splitting `recs` (the page's records plus the new
     /// one at `new_idx`, if the split makes room for one), best first, and
@@ -122,36 +140,70 @@ impl<S: PageStore> BTree<S> {
                 _ => None,
             },
             SplitPolicy::Adaptive => {
-                let sums = prefix_bytes(recs);
-                // Two moving averages over the tree's recent splits steer
-                // the cut. They are updated without a lock: a lost update
-                // under concurrent splits only delays them.
-                let unexplained = &self.counters.unexplained_splits;
-                let short_runs = &self.counters.short_run_splits;
-                let unexplained_score = unexplained.load(Ordering::Relaxed);
-                let short_run_score = short_runs.load(Ordering::Relaxed);
-                let trends = adaptive::Trends {
-                    // Headroom once splits that no stream explains are
-                    // common (late arrivals into pages a stream left
-                    // behind).
-                    headroom: unexplained_score >= UNEXPLAINED_SPLITS_HEADROOM,
-                    // Streams are long once nearly every split extends a
-                    // run that fills half of its page or more.
-                    long_streams: short_run_score <= SHORT_RUN_SPLITS_LONG_STREAMS,
-                };
-                let outcome =
-                    adaptive::cut(recs, new_idx, last_insert_index(p, recs), &sums, trends);
-                let average = |avg: &AtomicU64, score: u64, hit: bool| {
-                    let target = if hit { UNEXPLAINED_SCALE } else { 0 };
-                    avg.store(
-                        score - (score >> UNEXPLAINED_SHIFT) + (target >> UNEXPLAINED_SHIFT),
-                        Ordering::Relaxed,
-                    );
-                };
-                average(unexplained, unexplained_score, !outcome.explained);
-                average(short_runs, short_run_score, !outcome.long_run);
+                let outcome = self.adaptive_outcome(last_insert_index(p, recs), recs, new_idx);
+                self.note_adaptive(outcome.explained, outcome.long_run);
                 outcome.cut
             }
         }
+    }
+
+    /// `Adaptive`'s reading of a split of `recs` (the page `p`'s records
+    /// plus the new one at `new_idx`), from the page's history and the
+    /// tree's trends; changes nothing.
+    fn adaptive_outcome(
+        &self,
+        last: Option<usize>,
+        recs: &[RecBuf],
+        new_idx: usize,
+    ) -> adaptive::Outcome {
+        let sums = prefix_bytes(recs);
+        let trends = adaptive::Trends {
+            // Headroom once splits that no stream explains are common
+            // (late arrivals into pages a stream left behind).
+            headroom: self.counters.unexplained_splits.load(Ordering::Relaxed)
+                >= UNEXPLAINED_SPLITS_HEADROOM,
+            // Streams are long once nearly every split extends a run that
+            // fills half of its page or more.
+            long_streams: self.counters.short_run_splits.load(Ordering::Relaxed)
+                <= SHORT_RUN_SPLITS_LONG_STREAMS,
+        };
+        adaptive::cut(recs, new_idx, last, &sums, trends)
+    }
+
+    /// Moves `Adaptive`'s two averages over the tree's recent splits (or
+    /// shifts, which stand for the splits they replace) towards this one.
+    /// They are updated without a lock: a lost update under concurrent
+    /// splits only delays them.
+    pub(in crate::tree) fn note_adaptive(&self, explained: bool, long_run: bool) {
+        let average = |avg: &AtomicU64, hit: bool| {
+            let score = avg.load(Ordering::Relaxed);
+            let target = if hit { UNEXPLAINED_SCALE } else { 0 };
+            avg.store(
+                score - (score >> UNEXPLAINED_SHIFT) + (target >> UNEXPLAINED_SHIFT),
+                Ordering::Relaxed,
+            );
+        };
+        average(&self.counters.unexplained_splits, !explained);
+        average(&self.counters.short_run_splits, !long_run);
+    }
+
+    /// Whether a full leaf whose new contents are `recs` with the new
+    /// record at `new_idx` (and its last insert at `last`, see
+    /// [`last_insert_index`]) should give records to a sibling rather
+    /// than split: `Adaptive` finds no insert stream to cut along (it would
+    /// split in the middle). If so, how (see [`ShiftReading`]).
+    pub(in crate::tree) fn shift_instead(
+        &self,
+        last: Option<usize>,
+        recs: &[RecBuf],
+        new_idx: usize,
+    ) -> Option<ShiftReading> {
+        let outcome = self.adaptive_outcome(last, recs, new_idx);
+        outcome.cut.is_none().then(|| ShiftReading {
+            explained: outcome.explained,
+            long_run: outcome.long_run,
+            keep_new: self.counters.short_run_splits.load(Ordering::Relaxed)
+                <= SHORT_RUN_SPLITS_LONG_STREAMS,
+        })
     }
 }

@@ -54,7 +54,12 @@ enum Edited {
 }
 
 impl<S: PageStore> BTree<S> {
-    fn part_layout(&self, p: &[u8], part: &[RecBuf], new_in_part: Option<usize>) -> Layout {
+    pub(in crate::tree) fn part_layout(
+        &self,
+        p: &[u8],
+        part: &[RecBuf],
+        new_in_part: Option<usize>,
+    ) -> Layout {
         let mut layout = page::layout_of(p);
         layout.flags = if page::image_bytes(part) < self.threshold_bytes() {
             FLAG_GROWING
