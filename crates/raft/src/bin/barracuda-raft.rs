@@ -1,0 +1,3 @@
+//! A node of the replicated key-value service, or its benchmark.
+
+fn main() {}

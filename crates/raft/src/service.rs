@@ -1,0 +1,1 @@
+//! The replicated key-value service.
