@@ -35,6 +35,15 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A file outside the database could not be written.
+    #[error("{context}: {source}")]
+    Io {
+        /// Which file.
+        context: String,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A blocking storage task panicked or was cancelled.
     #[error("storage task failed: {reason}")]
     Task {

@@ -22,6 +22,8 @@
 //! and linearizable reads. The binary `barracuda-raft` runs a node
 //! (`barracuda-raft node`) or a benchmark (`barracuda-raft bench`).
 
+pub mod client;
+pub mod cluster;
 mod error;
 pub mod service;
 mod store;

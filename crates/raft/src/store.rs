@@ -30,7 +30,7 @@
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use barracuda::{Db, Durability, Options, Tree, WriteBatch};
@@ -75,6 +75,10 @@ const BUFFER_POOL_BYTES_DEFAULT: usize = 32 << 20;
 pub struct StoreOptions {
     /// The database's options.
     pub db: Options,
+    /// For crash tests: when set, an install of a snapshot stops before
+    /// its switch (its data and chunks written and synced), creates this
+    /// file and waits forever, for the test to kill the process.
+    pub pause_install: Option<PathBuf>,
 }
 
 impl Default for StoreOptions {
@@ -83,6 +87,7 @@ impl Default for StoreOptions {
             db: Db::options()
                 .buffer_pool_bytes(BUFFER_POOL_BYTES_DEFAULT)
                 .durability(Durability::Sync),
+            pause_install: None,
         }
     }
 }
@@ -130,6 +135,8 @@ struct Inner {
     /// Held while a snapshot is persisted or read (taken after `applied`
     /// when both are).
     snapshot: Mutex<SnapshotState>,
+    /// See [`StoreOptions::pause_install`].
+    pause_install: Option<PathBuf>,
 }
 
 /// openraft's log storage: the log, the vote and the committed index.
@@ -198,6 +205,7 @@ pub fn open_with(dir: impl AsRef<Path>, options: StoreOptions) -> Result<(LogSto
             current,
         }),
         db,
+        pause_install: options.pause_install,
         log,
         raft_meta,
         sm_meta,
@@ -678,6 +686,15 @@ impl Inner {
         }
         let record = self.write_chunks(&mut batcher, &meta, state.next_generation, &bytes)?;
         self.db.sync().map_err(Error::store("install a snapshot"))?;
+        if let Some(marker) = &self.pause_install {
+            std::fs::write(marker, meta.snapshot_id.as_bytes()).map_err(|source| Error::Io {
+                context: format!("create {}", marker.display()),
+                source,
+            })?;
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        }
         let installed = Applied {
             last_applied: meta.last_log_id,
             last_membership: meta.last_membership.clone(),

@@ -1,3 +1,0 @@
-//! A node of the replicated key-value service, or its benchmark.
-
-fn main() {}
