@@ -83,6 +83,7 @@ impl Client {
     ) -> anyhow::Result<(StatusCode, String)> {
         let give_up = Instant::now() + self.deadline;
         let mut next = 0;
+        let mut redirects = 0u32;
         loop {
             let addr = self.leader();
             let failure = match send(&addr).send().await {
@@ -96,6 +97,18 @@ impl Client {
                         && let Ok(redirect) = serde_json::from_str::<Redirect>(&body)
                     {
                         *self.leader.lock() = redirect.leader_addr;
+                        redirects += 1;
+                        // Nodes that disagree on the leader during an
+                        // election may send a request back and forth.
+                        if redirects.is_multiple_of(4) {
+                            if Instant::now() >= give_up {
+                                bail!(
+                                    "no leader answered within {:?}; redirected {redirects} times",
+                                    self.deadline
+                                );
+                            }
+                            tokio::time::sleep(RETRY_PAUSE).await;
+                        }
                         continue;
                     }
                     if status == StatusCode::BAD_REQUEST {
