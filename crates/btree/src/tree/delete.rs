@@ -188,6 +188,7 @@ impl<S: PageStore> BTree<S> {
                     recs,
                     new_idx: None,
                     cause: Some(SplitKind::CompressionFailure),
+                    reading: None,
                 };
                 if let Some(first) = self.split_up(path, last, job, op)? {
                     return Ok(Attempt::SplitFirst(first));

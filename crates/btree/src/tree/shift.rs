@@ -58,6 +58,8 @@ impl<S: PageStore> BTree<S> {
     /// sibling can take enough, and then nothing was written and `path` is
     /// as it was (the leaf may have been released and latched again, with
     /// its parent latched throughout, so its contents are the same).
+    /// `approve` is asked once a sibling has room: `None` to split instead,
+    /// else whether the new record must stay in the leaf.
     pub(in crate::tree) fn shift_to_sibling<'a>(
         &'a self,
         path: &mut Vec<S::Exclusive<'a>>,

@@ -141,7 +141,7 @@ pub(super) struct Trends {
 /// The cut `Adaptive` asks for, and what the split tells about the
 /// workload.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Outcome {
+pub(in crate::tree) struct Outcome {
     /// The cut (`1..n`), or `None` for the middle.
     pub cut: Option<usize>,
     /// An insert stream explained the split: the new record landed where

@@ -1,7 +1,7 @@
 //! Where a full page is cut: the split policy's cut (see [`adaptive`]
 //! for the `Adaptive` policy's), and the cuts of a page into more parts.
 
-use super::adaptive;
+use super::{Overfull, adaptive};
 use crate::page::{self, INSERT_WAS_MAX, INSERT_WAS_MIN, RecBuf};
 use crate::store::{OpContext, PageStore};
 use crate::tree::{BTree, SplitKind, SplitPolicy};
@@ -57,36 +57,19 @@ pub(in crate::tree) fn last_insert_index(p: &[u8], recs: &[RecBuf]) -> Option<us
         .position(|r| last != 0 && r.old_offset == Some(last))
 }
 
-/// `Adaptive`'s reading of a full leaf that shifts records to a sibling
-/// instead of splitting in the middle.
-#[derive(Clone, Copy, Debug)]
-pub(in crate::tree) struct ShiftReading {
-    /// What to note of it ([`BTree::note_adaptive`]): a shift stands for the
-    /// split it replaces.
-    pub(in crate::tree) explained: bool,
-    pub(in crate::tree) long_run: bool,
-    /// The new record stays in the leaf: the tree's streams are long, and
-    /// where a record lands unexplained in a tree of long streams, its
-    /// stream goes on (a stream's first records in a page, say), so the
-    /// next inserts should find the leaf's room, not the sibling's. (With
-    /// short streams, moving it loses nothing: on the pattern family,
-    /// keeping it put a round-robin point of short streams 0.03 below a
-    /// middle split.)
-    pub(in crate::tree) keep_new: bool,
-}
-
 impl<S: PageStore> BTree<S> {
-    /// Candidate cuts for splitting `recs` (the page's records plus the new
-    /// one at `new_idx`, if the split makes room for one), best first, and
-    /// the kind of the first. The split policy has no say when `op` asks
-    /// for half splits ([`OpContext::half_splits`]).
+    /// Candidate cuts for splitting the page `p` into `job.recs` (its
+    /// records plus the new one at `job.new_idx`, if the split makes room
+    /// for one), best first, and the kind of the first. The split policy
+    /// has no say when `op` asks for half splits
+    /// ([`OpContext::half_splits`]).
     pub(in crate::tree) fn cuts(
         &self,
         p: &[u8],
-        recs: &[RecBuf],
-        new_idx: Option<usize>,
+        job: &Overfull,
         op: &OpContext,
     ) -> (Vec<usize>, SplitKind) {
+        let (recs, new_idx) = (&job.recs, job.new_idx);
         let n = recs.len();
         let limit = self.limit_bytes();
         let fits = |c: usize| {
@@ -96,7 +79,7 @@ impl<S: PageStore> BTree<S> {
         };
         let policy_cut = new_idx
             .filter(|_| !op.half_splits)
-            .and_then(|new_idx| self.policy_cut(p, recs, new_idx));
+            .and_then(|new_idx| self.policy_cut(p, recs, new_idx, job.reading));
         let mid = fraction_cut(recs, 1, 2);
         let mut out = Vec::new();
         let mut kind = SplitKind::Half;
@@ -110,8 +93,15 @@ impl<S: PageStore> BTree<S> {
         (out, kind)
     }
 
-    /// The cut the split policy asks for, if the insert is sequential.
-    fn policy_cut(&self, p: &[u8], recs: &[RecBuf], new_idx: usize) -> Option<usize> {
+    /// The cut the split policy asks for, if the insert is sequential
+    /// (`Adaptive`'s from `reading`, if the caller read the page already).
+    fn policy_cut(
+        &self,
+        p: &[u8],
+        recs: &[RecBuf],
+        new_idx: usize,
+        reading: Option<adaptive::Outcome>,
+    ) -> Option<usize> {
         let n = recs.len();
         match self.config.policy {
             SplitPolicy::Half => None,
@@ -140,7 +130,9 @@ impl<S: PageStore> BTree<S> {
                 _ => None,
             },
             SplitPolicy::Adaptive => {
-                let outcome = self.adaptive_outcome(last_insert_index(p, recs), recs, new_idx);
+                let outcome = reading.unwrap_or_else(|| {
+                    self.adaptive_outcome(last_insert_index(p, recs), recs, new_idx)
+                });
                 self.note_adaptive(outcome.explained, outcome.long_run);
                 outcome.cut
             }
@@ -150,7 +142,7 @@ impl<S: PageStore> BTree<S> {
     /// `Adaptive`'s reading of a split of `recs` (the page `p`'s records
     /// plus the new one at `new_idx`), from the page's history and the
     /// tree's trends; changes nothing.
-    fn adaptive_outcome(
+    pub(in crate::tree) fn adaptive_outcome(
         &self,
         last: Option<usize>,
         recs: &[RecBuf],
@@ -164,8 +156,7 @@ impl<S: PageStore> BTree<S> {
                 >= UNEXPLAINED_SPLITS_HEADROOM,
             // Streams are long once nearly every split extends a run that
             // fills half of its page or more.
-            long_streams: self.counters.short_run_splits.load(Ordering::Relaxed)
-                <= SHORT_RUN_SPLITS_LONG_STREAMS,
+            long_streams: self.long_streams(),
         };
         adaptive::cut(recs, new_idx, last, &sums, trends)
     }
@@ -187,23 +178,9 @@ impl<S: PageStore> BTree<S> {
         average(&self.counters.short_run_splits, !long_run);
     }
 
-    /// Whether a full leaf whose new contents are `recs` with the new
-    /// record at `new_idx` (and its last insert at `last`, see
-    /// [`last_insert_index`]) should give records to a sibling rather
-    /// than split: `Adaptive` finds no insert stream to cut along (it would
-    /// split in the middle). If so, how (see [`ShiftReading`]).
-    pub(in crate::tree) fn shift_instead(
-        &self,
-        last: Option<usize>,
-        recs: &[RecBuf],
-        new_idx: usize,
-    ) -> Option<ShiftReading> {
-        let outcome = self.adaptive_outcome(last, recs, new_idx);
-        outcome.cut.is_none().then(|| ShiftReading {
-            explained: outcome.explained,
-            long_run: outcome.long_run,
-            keep_new: self.counters.short_run_splits.load(Ordering::Relaxed)
-                <= SHORT_RUN_SPLITS_LONG_STREAMS,
-        })
+    /// Whether the tree's streams are long: nearly every recent split
+    /// extended a run that fills half of its page or more.
+    pub(in crate::tree) fn long_streams(&self) -> bool {
+        self.counters.short_run_splits.load(Ordering::Relaxed) <= SHORT_RUN_SPLITS_LONG_STREAMS
     }
 }

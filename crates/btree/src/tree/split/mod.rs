@@ -5,6 +5,7 @@
 //! Nothing is written until the whole change is known to fit.
 
 mod adaptive;
+pub(in crate::tree) use adaptive::Outcome as AdaptiveReading;
 pub(in crate::tree) mod cut;
 mod pack;
 
@@ -24,6 +25,9 @@ pub(in crate::tree) struct Overfull {
     pub(in crate::tree) recs: Vec<RecBuf>,
     pub(in crate::tree) new_idx: Option<usize>,
     pub(in crate::tree) cause: Option<SplitKind>,
+    /// `Adaptive`'s reading of this split, if the caller made it already
+    /// (to shift instead): the split uses it rather than reading again.
+    pub(in crate::tree) reading: Option<AdaptiveReading>,
 }
 
 /// What a staged split of a non-root page asks of the levels above.
@@ -298,6 +302,7 @@ impl<S: PageStore> BTree<S> {
             recs,
             new_idx,
             cause,
+            reading: None,
         }))
     }
 
@@ -387,7 +392,7 @@ impl<S: PageStore> BTree<S> {
         op: &mut OpContext,
     ) -> Result<Option<Split>> {
         let recs = &job.recs;
-        let (cuts, policy_kind) = self.cuts(old, recs, job.new_idx, op);
+        let (cuts, policy_kind) = self.cuts(old, job, op);
         let leaf = page::is_leaf(old);
         for (k, &cut) in cuts.iter().enumerate() {
             let (l, r) = recs.split_at(cut);
@@ -536,7 +541,7 @@ impl<S: PageStore> BTree<S> {
         op: &mut OpContext,
     ) -> Result<Option<SplitKind>> {
         let recs = &job.recs;
-        let (cuts, policy_kind) = self.cuts(root, recs, job.new_idx, op);
+        let (cuts, policy_kind) = self.cuts(root, job, op);
         let leaf = page::is_leaf(root);
         let level = page::level(root);
         let mut ids = [root.page_id(); 2];
@@ -643,6 +648,7 @@ impl<S: PageStore> BTree<S> {
                 recs,
                 new_idx: None,
                 cause: Some(SplitKind::CompressionFailure),
+                reading: None,
             };
             match self.split_up(&mut path, last, job, op)? {
                 None => {
