@@ -510,6 +510,16 @@ pub trait PageStore: Send + Sync {
         Ok(fit == Fit::Fits)
     }
 
+    /// Whether a fix of `page_id` would find it in memory, without a read
+    /// from the file: a hint (the page may leave or arrive right after).
+    /// The tree skips optional work that would read a page while it holds
+    /// latches (a shift to a sibling that is not cached). The default says
+    /// every page is (a store in memory).
+    fn is_cached(&self, page_id: PageId) -> bool {
+        let _ = page_id;
+        true
+    }
+
     /// A hint that these pages will be read soon (a range scan about to
     /// reach them), so the store may start reading them asynchronously.
     /// Must never block on a page latch and never fail. Returns how many

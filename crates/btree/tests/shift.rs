@@ -5,7 +5,9 @@
 //! also with deletes mixed in and with compressed blocks.
 #![allow(clippy::unwrap_used, reason = "tests may unwrap")]
 
-use barracuda_btree::{BTree, MemStore, SplitPolicy, TreeConfig};
+use barracuda_base::PageId;
+use barracuda_btree::store::{AlwaysFits, MemExclusive, MemShared};
+use barracuda_btree::{BTree, MemStore, OpContext, PageStore, Result, SplitPolicy, TreeConfig};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -135,4 +137,59 @@ fn shifts_into_compressed_blocks_keep_every_record() {
     let counts = t.split_counts();
     println!("compressed: {counts:?}");
     assert!(counts.shifts > 0, "{counts:?}");
+}
+
+/// A `MemStore` that says no page is cached, as a pool says of pages it
+/// would have to read from the file.
+struct NothingCached(MemStore);
+
+impl PageStore for NothingCached {
+    type Shared<'a> = MemShared;
+    type Exclusive<'a> = MemExclusive<'a, AlwaysFits>;
+
+    fn page_size_bytes(&self) -> usize {
+        self.0.page_size_bytes()
+    }
+    fn fix_shared(&self, page_id: PageId) -> Result<MemShared> {
+        self.0.fix_shared(page_id)
+    }
+    fn fix_exclusive(&self, page_id: PageId) -> Result<Self::Exclusive<'_>> {
+        self.0.fix_exclusive(page_id)
+    }
+    fn allocate(&self, op: &mut OpContext) -> Result<Self::Exclusive<'_>> {
+        self.0.allocate(op)
+    }
+    fn free(&self, guard: Self::Exclusive<'_>, op: &mut OpContext) -> Result<()> {
+        self.0.free(guard, op)
+    }
+    fn free_page_ids(&self) -> Vec<PageId> {
+        self.0.free_page_ids()
+    }
+    fn would_fit(&self, g: &Self::Exclusive<'_>, image: &[u8], op: &mut OpContext) -> Result<bool> {
+        self.0.would_fit(g, image, op)
+    }
+    fn is_cached(&self, _: PageId) -> bool {
+        false
+    }
+    fn entry_count(&self) -> Result<Option<u64>> {
+        self.0.entry_count()
+    }
+    fn add_entry_count(&self, delta: i64, op: &mut OpContext) -> Result<()> {
+        self.0.add_entry_count(delta, op)
+    }
+    fn set_entry_count(&self, count: u64, op: &mut OpContext) -> Result<()> {
+        self.0.set_entry_count(count, op)
+    }
+}
+
+/// A sibling the store would have to read is not worth a read under the
+/// path's latches: no shift, a split instead, and the tree as valid.
+#[test]
+fn siblings_that_are_not_cached_are_not_shifted_to() {
+    let store = Arc::new(NothingCached(MemStore::new(PAGE).unwrap()));
+    let t = BTree::create(store, TreeConfig::default()).unwrap();
+    random_inserts(&t, 5_000, 10, 4);
+    let counts = t.split_counts();
+    assert_eq!(counts.shifts, 0, "{counts:?}");
+    assert!(counts.half > 0, "{counts:?}");
 }

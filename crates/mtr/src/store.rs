@@ -726,6 +726,10 @@ impl PageStore for PoolStore {
             .map_err(pool_error)
     }
 
+    fn is_cached(&self, page_id: PageId) -> bool {
+        self.pool.is_cached(page_id)
+    }
+
     fn prefetch(&self, page_ids: &[PageId]) -> usize {
         // Asynchronous read-ahead through the file layer's read threads;
         // it never blocks on a latch and drops its own errors.

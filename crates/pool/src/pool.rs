@@ -282,6 +282,13 @@ impl BufferPool {
         self.cache.services.file.trim()
     }
 
+    /// Whether `page_id` is cached (or being read into the cache): a fix of
+    /// it reads nothing from the file. A hint only: the page may be evicted
+    /// or read in right after.
+    pub fn is_cached(&self, page_id: PageId) -> bool {
+        self.cache.table.with_entry(page_id, |_| ()).is_some()
+    }
+
     /// Hints that `page_ids` will be fixed soon. Pages that are not cached
     /// (nor being read) are read asynchronously as one batch through the
     /// file layer, verified, and cached compressed-only in the old sublist;

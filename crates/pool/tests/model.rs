@@ -459,6 +459,14 @@ fn evict_and_reload_returns_last_written_contents() {
             sut.read(page);
             sut.pool.check_invariants();
         }
+        // The page just read is cached; some early ones left the pool, and
+        // a fix of them would read the file.
+        assert!(sut.pool.is_cached(PageId(29)), "{variant:?}");
+        assert!(
+            (0..30).any(|p| !sut.pool.is_cached(PageId(p))),
+            "{variant:?}: every page cached"
+        );
+        assert!(!sut.pool.is_cached(PageId(1_000)), "{variant:?}");
         let status = sut.pool.status();
         assert!(
             status.pages_evicted > 0 && status.pages_written > 0 && status.pages_read > 0,

@@ -419,12 +419,11 @@ impl<S: PageStore> BTree<S> {
         let (left, right, recs) = (pair.left, pair.right, pair.recs);
         let cut = fraction_cut(recs, 1, 2);
         let new_sep = RecBuf::child(recs[cut].key.clone(), right.page_id());
-        let pr = page::probe(parent, pair.sep_key);
-        let old_len = page::rec_len(parent, pr.found);
-        let room = page::used_bytes(parent) - old_len + new_sep.len() + page::SLOT_BYTES;
-        if room > self.limit_bytes() {
+        // A delete never splits: no room for the new separator, no
+        // redistribution.
+        let Some(parent_image) = self.with_separator(parent, pair.sep_key, &new_sep)? else {
             return Ok(false);
-        }
+        };
         let (l, r) = recs.split_at(cut);
         let images = [(left, l), (right, r)].map(|(g, part)| {
             let mut layout = page::layout_of(g);
@@ -435,11 +434,6 @@ impl<S: PageStore> BTree<S> {
             };
             Scratch::rebuilt(g, &layout, part, page::HeapOrder::Kept)
         });
-        let mut parent_image = Scratch::of_guard(parent);
-        page::remove(&mut parent_image, pr);
-        let pr = page::probe(&parent_image, &new_sep.key);
-        page::insert(&mut parent_image, pr, new_sep.borrowed());
-        self.mark_if_sparse(&mut parent_image);
         let [left_image, right_image] = images;
         if !self.would_fit(left, &left_image, op)?
             || !self.would_fit(right, &right_image, op)?

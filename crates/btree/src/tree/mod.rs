@@ -19,7 +19,7 @@ mod split;
 pub(crate) use overflow::decode_overflow_ref;
 pub use read::PREFETCH_SAMPLE_KEYS;
 
-use crate::change::Change;
+use crate::change::{Change, Scratch};
 use crate::error::{Error, Result};
 use crate::page::{self, KEY_BYTES_MAX, Layout, PageType, VALUE_BYTES_MAX};
 use crate::store::{Fit, OpContext, PageStore, PageWrite};
@@ -487,6 +487,34 @@ impl<S: PageStore> BTree<S> {
             self.store.free(g, op)?;
         }
         Ok(())
+    }
+
+    /// `parent` staged with its separator `old_key` replaced by `new_sep`
+    /// (a child whose first key changed: a redistribution or a shift).
+    /// `None` if the new separator does not fit; an error if `old_key` is
+    /// not there.
+    fn with_separator<G: PageWrite>(
+        &self,
+        parent: &G,
+        old_key: &[u8],
+        new_sep: &page::RecBuf,
+    ) -> Result<Option<Scratch>> {
+        let mut image = Scratch::of_guard(parent);
+        let pr = page::probe(&image, old_key);
+        if pr.found == 0 {
+            return Err(Error::Corrupted {
+                page_id: parent.page_id(),
+                reason: "a child's separator is missing".into(),
+            });
+        }
+        page::remove(&mut image, pr);
+        if !page::has_room(&image, new_sep.len(), self.limit_bytes()) {
+            return Ok(None);
+        }
+        let pr = page::probe(&image, &new_sep.key);
+        page::insert(&mut image, pr, new_sep.borrowed());
+        self.mark_if_sparse(&mut image);
+        Ok(Some(image))
     }
 
     /// Gives up a staged change: nothing was written; the pages it allocated

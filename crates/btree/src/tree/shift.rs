@@ -22,6 +22,7 @@ use crate::page::{self, RecBuf};
 use crate::store::{OpContext, PageStore, PageWrite};
 use crate::tree::split::Overfull;
 use crate::tree::{BTree, SplitPolicy, unreachable_err};
+use barracuda_base::PageId;
 use std::sync::atomic::Ordering;
 
 /// A shift must leave the full leaf at least this fraction (num, den) of
@@ -84,6 +85,12 @@ impl<S: PageStore> BTree<S> {
             .map(|off| (off, page::rec_child(parent, off)));
         let next = page::rec_next(parent, child_off);
         let right = (next != 0).then(|| (next, page::rec_child(parent, next)));
+        // A sibling that is not cached is left alone: reading it under the
+        // path's exclusive latches, for a shift the split can do without,
+        // would stall every operation on the path behind a random read.
+        let cached = |id: &(usize, PageId)| self.store.is_cached(id.1);
+        let left = left.filter(cached);
+        let right = right.filter(cached);
         if let Some((_, left_id)) = left {
             // Latch left to right: release the leaf first (nobody can reach
             // it meanwhile: its parent is latched exclusively).
@@ -171,6 +178,18 @@ impl<S: PageStore> BTree<S> {
         if page::image_bytes(leaf_part) + gain > limit {
             return Ok(false);
         }
+        // The parent: the right page's separator becomes its new first key.
+        let leaf_g = &path[last];
+        let right_id = match side {
+            Side::Left => leaf_g.page_id(),
+            Side::Right => sibling.page_id(),
+        };
+        let sep = RecBuf::child(job.recs[k].key.clone(), right_id);
+        let parent = &path[last - 1];
+        let old_key = page::rec_key(parent, sep_off);
+        let Some(parent_image) = self.with_separator(parent, old_key, &sep)? else {
+            return Ok(false);
+        };
         // The sibling takes the moved records in place (they are new to
         // its heap, which ranks its own records by age).
         let mut sibling_image = Scratch::of_guard(&sibling);
@@ -186,28 +205,8 @@ impl<S: PageStore> BTree<S> {
             (Side::Right, Some(i)) => (i < k).then_some(i),
             (_, None) => None,
         };
-        let leaf_g = &path[last];
         let layout = self.part_layout(leaf_g, leaf_part, leaf_new);
         let leaf_image = Scratch::rebuilt(leaf_g, &layout, leaf_part, page::HeapOrder::Kept);
-        // The parent: the right page's separator becomes its new first key.
-        let parent = &path[last - 1];
-        let right_id = match side {
-            Side::Left => leaf_g.page_id(),
-            Side::Right => sibling.page_id(),
-        };
-        let mut parent_image = Scratch::of_guard(parent);
-        let old_key = page::rec_key(parent, sep_off).to_vec();
-        let pr = page::probe(&parent_image, &old_key);
-        if pr.found == 0 {
-            return Err(unreachable_err(right_id));
-        }
-        page::remove(&mut parent_image, pr);
-        let sep = RecBuf::child(job.recs[k].key.clone(), right_id);
-        if !page::has_room(&parent_image, sep.len(), limit) {
-            return Ok(false);
-        }
-        let pr = page::probe(&parent_image, &sep.key);
-        page::insert(&mut parent_image, pr, sep.borrowed());
         if !self.would_fit(leaf_g, &leaf_image, op)?
             || !self.would_fit(&sibling, &sibling_image, op)?
             || !self.would_fit(parent, &parent_image, op)?
