@@ -101,6 +101,71 @@ struct PatchAt {
     len: usize,
 }
 
+/// Patches kept in one byte buffer: a guard writes several per change, and
+/// a `Vec` per patch would cost two allocations for every write.
+#[derive(Debug, Default)]
+struct PatchBuf {
+    list: Vec<PatchAt>,
+    bytes: Vec<u8>,
+}
+
+impl PatchBuf {
+    fn push(&mut self, offset: usize, bytes: &[u8]) {
+        self.list.push(PatchAt {
+            offset: u32::try_from(offset).expect("page offsets are 16-bit"),
+            start: self.bytes.len(),
+            len: bytes.len(),
+        });
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    fn clear(&mut self) {
+        self.list.clear();
+        self.bytes.clear();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    fn view(&self) -> Patches<'_> {
+        Patches {
+            list: &self.list,
+            bytes: &self.bytes,
+        }
+    }
+}
+
+/// The patches a page's pending change wrote, in order, for a
+/// [`FitCheck`]: each is the new bytes at an offset of the page.
+#[derive(Clone, Copy, Debug)]
+pub struct Patches<'a> {
+    list: &'a [PatchAt],
+    bytes: &'a [u8],
+}
+
+impl<'a> Patches<'a> {
+    /// Each patch's page offset and new bytes, in the order written.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &'a [u8])> + 'a {
+        let bytes = self.bytes;
+        self.list
+            .iter()
+            .map(move |p| (p.offset as usize, &bytes[p.start..p.start + p.len]))
+    }
+
+    /// How many patches there are.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
 /// Everything one tree operation changed: the unit of atomic redo.
 ///
 /// The tree creates one per mutating call and passes it down every mutating
@@ -148,7 +213,13 @@ impl OpContext {
     /// A new, empty operation.
     #[must_use]
     pub fn new() -> Self {
-        Self::default()
+        // An insert logs a few hundred bytes in a handful of patches; room
+        // for them from the start spares the doubling of empty buffers.
+        Self {
+            patch_list: Vec::with_capacity(16),
+            patch_bytes: Vec::with_capacity(1024),
+            ..Self::default()
+        }
     }
 
     /// Committed page changes, in commit order (a page may appear more than
@@ -566,10 +637,22 @@ pub trait PageStore: Send + Sync {
 pub trait FitCheck: Send + Sync {
     /// True if `page` (already patched with `patches`) fits. On `false`,
     /// `block` must be left as it was: the store rolls the page back.
-    fn commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &mut Vec<u8>) -> bool;
+    fn commit(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        patches: Patches<'_>,
+        block: &mut Vec<u8>,
+    ) -> bool;
 
     /// What [`FitCheck::commit`] would answer, without changing `block`.
-    fn would_commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &[u8]) -> bool;
+    fn would_commit(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        patches: Patches<'_>,
+        block: &[u8],
+    ) -> bool;
 
     /// Whether a store that guesses, as the buffer pool's does, answers
     /// `page` does-not-fit without checking, for [`PageWrite::try_commit`]
@@ -585,11 +668,11 @@ pub trait FitCheck: Send + Sync {
 pub struct AlwaysFits;
 
 impl FitCheck for AlwaysFits {
-    fn commit(&self, _: PageId, _: &[u8], _: &[Patch], _: &mut Vec<u8>) -> bool {
+    fn commit(&self, _: PageId, _: &[u8], _: Patches<'_>, _: &mut Vec<u8>) -> bool {
         true
     }
 
-    fn would_commit(&self, _: PageId, _: &[u8], _: &[Patch], _: &[u8]) -> bool {
+    fn would_commit(&self, _: PageId, _: &[u8], _: Patches<'_>, _: &[u8]) -> bool {
         true
     }
 }
@@ -606,11 +689,17 @@ pub struct NonZeroBudget {
 }
 
 impl FitCheck for NonZeroBudget {
-    fn commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &mut Vec<u8>) -> bool {
+    fn commit(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        patches: Patches<'_>,
+        block: &mut Vec<u8>,
+    ) -> bool {
         self.would_commit(page_id, page, patches, block)
     }
 
-    fn would_commit(&self, _: PageId, page: &[u8], _: &[Patch], _: &[u8]) -> bool {
+    fn would_commit(&self, _: PageId, page: &[u8], _: Patches<'_>, _: &[u8]) -> bool {
         // The codec's block header and trailer, estimated.
         const BLOCK_OVERHEAD_BYTES: usize = 64;
         page.iter().filter(|b| **b != 0).count() + BLOCK_OVERHEAD_BYTES <= self.block_size_bytes
@@ -639,7 +728,13 @@ impl CodecBlocks {
 }
 
 impl FitCheck for CodecBlocks {
-    fn commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &mut Vec<u8>) -> bool {
+    fn commit(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        patches: Patches<'_>,
+        block: &mut Vec<u8>,
+    ) -> bool {
         match self.trial(page_id, page, patches, block) {
             Some(next) => {
                 *block = next;
@@ -649,7 +744,13 @@ impl FitCheck for CodecBlocks {
         }
     }
 
-    fn would_commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &[u8]) -> bool {
+    fn would_commit(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        patches: Patches<'_>,
+        block: &[u8],
+    ) -> bool {
         self.trial(page_id, page, patches, block).is_some()
     }
 }
@@ -662,14 +763,14 @@ impl CodecBlocks {
         &self,
         page_id: PageId,
         page: &[u8],
-        patches: &[Patch],
+        patches: Patches<'_>,
         block: &[u8],
     ) -> Option<Vec<u8>> {
         if !block.is_empty() {
             let mut trial = block.to_vec();
-            let logged = patches.iter().all(|p| {
+            let logged = patches.iter().all(|(offset, bytes)| {
                 matches!(
-                    append_patch(&mut trial, p.offset as usize, &p.bytes),
+                    append_patch(&mut trial, offset, bytes),
                     Ok(PatchOutcome::Appended)
                 )
             });
@@ -844,8 +945,39 @@ pub struct MemExclusive<'a, F: FitCheck> {
     store: &'a MemStore<F>,
     page_id: PageId,
     guard: parking_lot::lock_api::ArcRwLockWriteGuard<RawRwLock, Frame>,
-    pending: Vec<Patch>,
-    undo: Vec<Patch>,
+    /// The patches written since the last commit.
+    pending: PatchBuf,
+    /// The bytes those patches replaced, for a roll back.
+    undo: PatchBuf,
+}
+
+thread_local! {
+    /// Patch buffers of dropped exclusive guards, for this thread's next
+    /// guards: an insert fixes a few pages, and buffers that start empty
+    /// would grow again on every one.
+    static SPARE_PATCH_BUFS: std::cell::RefCell<Vec<(PatchBuf, PatchBuf)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The most spare buffer pairs a thread keeps: a tree operation holds a
+/// path's guards at once, rarely more than a few.
+const SPARE_PATCH_BUFS_MAX: usize = 16;
+
+fn take_patch_bufs() -> (PatchBuf, PatchBuf) {
+    SPARE_PATCH_BUFS
+        .with(|spare| spare.borrow_mut().pop())
+        .unwrap_or_default()
+}
+
+fn give_back_patch_bufs(mut pending: PatchBuf, mut undo: PatchBuf) {
+    pending.clear();
+    undo.clear();
+    SPARE_PATCH_BUFS.with(|spare| {
+        let mut spare = spare.borrow_mut();
+        if spare.len() < SPARE_PATCH_BUFS_MAX {
+            spare.push((pending, undo));
+        }
+    });
 }
 
 impl<F: FitCheck> Deref for MemExclusive<'_, F> {
@@ -862,15 +994,9 @@ impl<F: FitCheck> PageWrite for MemExclusive<'_, F> {
 
     fn write(&mut self, offset: usize, bytes: &[u8]) {
         let range = offset..offset + bytes.len();
-        self.undo.push(Patch {
-            offset: offset as u32,
-            bytes: self.guard.page[range.clone()].to_vec(),
-        });
+        self.undo.push(offset, &self.guard.page[range.clone()]);
         self.guard.page[range].copy_from_slice(bytes);
-        self.pending.push(Patch {
-            offset: offset as u32,
-            bytes: bytes.to_vec(),
-        });
+        self.pending.push(offset, bytes);
     }
 
     fn commit(&mut self, op: &mut OpContext) -> Fit {
@@ -878,20 +1004,17 @@ impl<F: FitCheck> PageWrite for MemExclusive<'_, F> {
             return Fit::Fits;
         }
         let frame = &mut *self.guard;
-        let fits =
-            self.store
-                .fit
-                .commit(self.page_id, &frame.page, &self.pending, &mut frame.block);
+        let fits = self.store.fit.commit(
+            self.page_id,
+            &frame.page,
+            self.pending.view(),
+            &mut frame.block,
+        );
         if !fits {
             return self.roll_back();
         }
         self.undo.clear();
-        op.commit_page(
-            self.page_id,
-            self.pending
-                .iter()
-                .map(|p| (p.offset as usize, p.bytes.as_slice())),
-        );
+        op.commit_page(self.page_id, self.pending.view().iter());
         self.pending.clear();
         Fit::Fits
     }
@@ -911,10 +1034,12 @@ impl<F: FitCheck> MemExclusive<'_, F> {
     /// Undoes the pending patches of a commit that did not fit.
     fn roll_back(&mut self) -> Fit {
         let frame = &mut *self.guard;
-        for patch in self.undo.drain(..).rev() {
-            let start = patch.offset as usize;
-            frame.page[start..start + patch.bytes.len()].copy_from_slice(&patch.bytes);
+        let undo = &self.undo;
+        for p in undo.list.iter().rev() {
+            let start = p.offset as usize;
+            frame.page[start..start + p.len].copy_from_slice(&undo.bytes[p.start..p.start + p.len]);
         }
+        self.undo.clear();
         self.pending.clear();
         self.store.fit_failure_count.fetch_add(1, Ordering::Relaxed);
         Fit::DoesNotFit
@@ -932,6 +1057,10 @@ impl<F: FitCheck> Drop for MemExclusive<'_, F> {
                 self.page_id
             );
         }
+        give_back_patch_bufs(
+            std::mem::take(&mut self.pending),
+            std::mem::take(&mut self.undo),
+        );
     }
 }
 
@@ -958,12 +1087,14 @@ impl<F: FitCheck> PageStore for MemStore<F> {
 
     fn fix_exclusive(&self, page_id: PageId) -> Result<MemExclusive<'_, F>> {
         let frame = self.frame(page_id)?;
+        let guard = frame.write_arc();
+        let (pending, undo) = take_patch_bufs();
         Ok(MemExclusive {
             store: self,
             page_id,
-            guard: frame.write_arc(),
-            pending: Vec::new(),
-            undo: Vec::new(),
+            guard,
+            pending,
+            undo,
         })
     }
 
@@ -1017,12 +1148,14 @@ impl<F: FitCheck> PageStore for MemStore<F> {
         if !op.exact_fit && self.fit.guesses_unfit(image) {
             return Ok(false);
         }
-        let mut recorder = PatchRecorder::new(guard.page_id, &guard.guard.page);
-        recorder.write_diff(image);
         let frame = &*guard.guard;
+        let mut patches = PatchBuf::default();
+        for (start, end) in diff_runs(&frame.page, image) {
+            patches.push(start, &image[start..end]);
+        }
         Ok(self
             .fit
-            .would_commit(guard.page_id, image, &recorder.patches, &frame.block))
+            .would_commit(guard.page_id, image, patches.view(), &frame.block))
     }
 
     fn entry_count(&self) -> Result<Option<u64>> {
@@ -1206,6 +1339,29 @@ mod tests {
                 patched[s..e].copy_from_slice(&new[s..e]);
             }
             prop_assert_eq!(patched, new);
+        }
+
+        /// Long stretches where every byte differs, broken by equal
+        /// stretches of every length around the merge gap: a rebuilt page.
+        #[test]
+        fn diff_runs_of_rebuilt_pages_match_a_bytewise_scan(
+            old in proptest::collection::vec(any::<u8>(), 0..2000),
+            stretches in proptest::collection::vec((0usize..80, any::<bool>()), 0..60),
+            seed in any::<u8>(),
+        ) {
+            let mut new = old.clone();
+            let mut at = 0;
+            for (len, differ) in stretches {
+                for k in at..(at + len).min(new.len()) {
+                    if differ {
+                        // Never equal: the added byte is not zero.
+                        new[k] = old[k].wrapping_add(1 + (seed ^ k as u8) % 255);
+                    }
+                }
+                at += len;
+            }
+            let runs = diff_runs(&old, &new);
+            prop_assert_eq!(&runs, &diff_runs_bytewise(&old, &new));
         }
     }
 }

@@ -11,7 +11,7 @@ mod common;
 
 use barracuda_base::PageId;
 use barracuda_base::{BlockSize, Geometry};
-use barracuda_btree::store::{CodecBlocks, FitCheck, Patch};
+use barracuda_btree::store::{CodecBlocks, FitCheck, Patches};
 use barracuda_btree::{BTree, Error, MemStore, SplitPolicy, TreeConfig};
 use barracuda_codec::Codec;
 use rand::rngs::SmallRng;
@@ -60,11 +60,23 @@ struct WrongGuesses {
 }
 
 impl FitCheck for WrongGuesses {
-    fn commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &mut Vec<u8>) -> bool {
+    fn commit(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        patches: Patches<'_>,
+        block: &mut Vec<u8>,
+    ) -> bool {
         self.blocks.commit(page_id, page, patches, block)
     }
 
-    fn would_commit(&self, page_id: PageId, page: &[u8], patches: &[Patch], block: &[u8]) -> bool {
+    fn would_commit(
+        &self,
+        page_id: PageId,
+        page: &[u8],
+        patches: Patches<'_>,
+        block: &[u8],
+    ) -> bool {
         self.blocks.would_commit(page_id, page, patches, block)
     }
 

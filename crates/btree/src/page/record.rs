@@ -105,7 +105,10 @@ impl RecRef<'_> {
 
 /// All records of a page, in key order.
 pub fn read_all(p: &[u8]) -> Vec<RecBuf> {
-    records(p).map(|off| RecBuf::read(p, off)).collect()
+    // One more than the page holds: a split or shift adds the new record.
+    let mut recs = Vec::with_capacity(record_count(p) + 1);
+    recs.extend(records(p).map(|off| RecBuf::read(p, off)));
+    recs
 }
 
 /// Bytes a rebuilt page with these records would use.

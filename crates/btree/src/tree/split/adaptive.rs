@@ -108,22 +108,31 @@ fn hot_gaps<R: Borrow<RecBuf>>(recs: &[R], age: &[usize]) -> Vec<(usize, bool)> 
 /// record, records moved in by a split) count as the most recent, in key
 /// order.
 fn ages<R: Borrow<RecBuf>>(recs: &[R], new_idx: Option<usize>) -> Vec<usize> {
-    let n = recs.len();
-    let mut order: Vec<usize> = (0..n).collect();
     // Most recent first: the new record, then by heap offset descending.
     // Ties (records without an offset) keep key order: the index breaks
-    // them, so an unstable sort gives the stable order.
-    order.sort_unstable_by_key(|&i| {
-        let newest = Some(i) == new_idx;
-        (
-            !newest,
-            std::cmp::Reverse(recs[i].borrow().old_offset.unwrap_or(usize::MAX)),
-            i,
-        )
-    });
-    let mut age = vec![0; n];
-    for (rank, &i) in order.iter().enumerate() {
-        age[i] = rank;
+    // them, so an unstable sort gives the stable order. The three parts
+    // are packed in one integer, which sorts several times faster than a
+    // tuple (a page offset and a record index are below 2^24).
+    const FIELD_BITS: u32 = 24;
+    const FIELD_MAX: u64 = (1 << FIELD_BITS) - 1;
+    let mut order: Vec<u64> = recs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let older = u64::from(Some(i) != new_idx);
+            // Newer records lie higher in the heap; no offset is newest.
+            let rank = r
+                .borrow()
+                .old_offset
+                .map_or(0, |off| FIELD_MAX - (off as u64).min(FIELD_MAX - 1));
+            debug_assert!((i as u64) < FIELD_MAX);
+            (older << (2 * FIELD_BITS)) | (rank << FIELD_BITS) | i as u64
+        })
+        .collect();
+    order.sort_unstable();
+    let mut age = vec![0; recs.len()];
+    for (rank, key) in order.iter().enumerate() {
+        age[(key & FIELD_MAX) as usize] = rank;
     }
     age
 }
