@@ -148,19 +148,12 @@ impl<'a> Patches<'a> {
             .iter()
             .map(move |p| (p.offset as usize, &bytes[p.start..p.start + p.len]))
     }
-
-    /// How many patches there are.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.list.len()
-    }
-
-    /// Whether there are none.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
 }
+
+/// Patches and patch bytes an operation makes room for at its first
+/// patch commit (see [`OpContext::commit_page`]).
+const PATCHES_FIRST: usize = 16;
+const PATCH_BYTES_FIRST: usize = 1024;
 
 /// Everything one tree operation changed: the unit of atomic redo.
 ///
@@ -209,13 +202,7 @@ impl OpContext {
     /// A new, empty operation.
     #[must_use]
     pub fn new() -> Self {
-        // An insert logs a few hundred bytes in a handful of patches; room
-        // for them from the start spares the doubling of empty buffers.
-        Self {
-            patch_list: Vec::with_capacity(16),
-            patch_bytes: Vec::with_capacity(1024),
-            ..Self::default()
-        }
+        Self::default()
     }
 
     /// Committed page changes, in commit order (a page may appear more than
@@ -258,6 +245,13 @@ impl OpContext {
         page_id: PageId,
         patches: impl IntoIterator<Item = (usize, &'a [u8])>,
     ) {
+        // An insert logs a few hundred bytes in a handful of patches: room
+        // for them at the first commit spares doubling up from empty, and an
+        // operation that logs only logical records allocates nothing here.
+        if self.patch_bytes.capacity() == 0 {
+            self.patch_list.reserve(PATCHES_FIRST);
+            self.patch_bytes.reserve(PATCH_BYTES_FIRST);
+        }
         let first = self.patch_list.len();
         for (offset, bytes) in patches {
             self.patch_list.push(PatchAt {
